@@ -1,5 +1,5 @@
 """Compute kernels: one op, several implementations (numpy reference, numba CPU, CUDA)."""
 
-from embodied_ros.kernels.registry import BACKENDS, KernelSet, implementations, kernel, ops
+from embodied_ros.kernels.registry import BACKENDS, KernelSet, implementations, kernel, ops, reference
 
-__all__ = ["BACKENDS", "KernelSet", "implementations", "kernel", "ops"]
+__all__ = ["BACKENDS", "KernelSet", "implementations", "kernel", "ops", "reference"]

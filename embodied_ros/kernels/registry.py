@@ -1,41 +1,69 @@
 """Which implementation of each op runs on which backend.
 
-Implementations register themselves with `@kernel(op, backend)`. The numpy implementation of an op
-is its reference: tests compare every other implementation against it. A `KernelSet` resolves every
-op for one backend once, at start-up, falling back to the numpy reference where the backend has no
-implementation of its own, and compiles what needs compiling before any control step runs.
+An op's numpy implementation is its reference, registered with `@reference(op, examples=...)`;
+`examples(rng)` returns argument tuples of random, odd shapes, and the reference's tolerances say how
+close another implementation must come. Other backends register with `@kernel(op, backend)`.
+`test/test_kernels.py` runs every implementation on every example against the reference, so a new
+kernel is tested by being registered.
+
+A `KernelSet` resolves every op for one backend once, at start-up, falling back to the reference
+where the backend has none, and `compile()` runs each compiled kernel once on an example so that no
+compilation happens inside a control step.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
 
 BACKENDS = ("numpy", "numba", "cuda")
 
+
+@dataclass(frozen=True)
+class Reference:
+    fn: Callable
+    examples: Callable[[np.random.Generator], list[tuple[Any, ...]]]
+    rtol: float
+    atol: float
+
+
+_REFERENCES: dict[str, Reference] = {}
 _IMPLEMENTATIONS: dict[str, dict[str, Callable]] = {}
-_WARMUPS: dict[tuple[str, str], Callable[[], None]] = {}
+_loaded = False
 
 
-def kernel(op: str, backend: str, warmup: Callable[[], None] | None = None):
-    """Register the decorated function as `op` on `backend`; `warmup` compiles it on tiny inputs."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+def reference(op: str, examples: Callable[[np.random.Generator], list[tuple[Any, ...]]],
+              rtol: float = 1e-5, atol: float = 1e-5):
+    """Register the decorated numpy function as the reference implementation of `op`."""
+
+    def register(fn: Callable) -> Callable:
+        if op in _REFERENCES:
+            raise ValueError(f"kernel {op!r} already has a reference implementation")
+        _REFERENCES[op] = Reference(fn, examples, rtol, atol)
+        _IMPLEMENTATIONS.setdefault(op, {})["numpy"] = fn
+        return fn
+
+    return register
+
+
+def kernel(op: str, backend: str):
+    """Register the decorated function as the `backend` implementation of `op`."""
+    if backend not in BACKENDS or backend == "numpy":
+        raise ValueError(f"backend must be one of {BACKENDS[1:]}, got {backend!r} "
+                         "(numpy implementations register with @reference)")
 
     def register(fn: Callable) -> Callable:
         by_backend = _IMPLEMENTATIONS.setdefault(op, {})
         if backend in by_backend:
             raise ValueError(f"kernel {op!r} already has a {backend} implementation")
         by_backend[backend] = fn
-        if warmup is not None:
-            _WARMUPS[(op, backend)] = warmup
         return fn
 
     return register
-
-
-_loaded = False
 
 
 def _load() -> None:
@@ -53,6 +81,9 @@ def _load() -> None:
         if info.name != "registry" and not info.name.startswith("_"):
             importlib.import_module(f"embodied_ros.kernels.{info.name}")
     _loaded = True
+    missing = sorted(set(_IMPLEMENTATIONS) - set(_REFERENCES))
+    if missing:
+        raise LookupError(f"kernels without a numpy reference: {', '.join(missing)}")
 
 
 def ops() -> list[str]:
@@ -66,6 +97,11 @@ def implementations(op: str) -> dict[str, Callable]:
     if op not in _IMPLEMENTATIONS:
         raise KeyError(f"no kernel named {op!r}; known: {', '.join(sorted(_IMPLEMENTATIONS))}")
     return dict(_IMPLEMENTATIONS[op])
+
+
+def reference_of(op: str) -> Reference:
+    _load()
+    return _REFERENCES[op]
 
 
 class KernelSet:
@@ -82,14 +118,13 @@ class KernelSet:
         self.chosen: dict[str, str] = {}
         for op, by_backend in _IMPLEMENTATIONS.items():
             chosen = backend if backend in by_backend else "numpy"
-            if chosen not in by_backend:
-                raise LookupError(f"kernel {op!r} has no numpy reference implementation")
             setattr(self, op, by_backend[chosen])
             self.chosen[op] = chosen
 
     def compile(self) -> None:
-        """Run every chosen implementation's warm-up so no compilation happens in a control step."""
+        """Run every compiled (non-numpy) implementation once on its first example."""
+        rng = np.random.default_rng(0)
         for op, chosen in self.chosen.items():
-            warmup = _WARMUPS.get((op, chosen))
-            if warmup is not None:
-                warmup()
+            if chosen != "numpy":
+                args = _REFERENCES[op].examples(rng)[0]
+                _IMPLEMENTATIONS[op][chosen](*args)
