@@ -1,0 +1,50 @@
+"""RMS normalization of query/key projections across all heads together (Wan "rms_norm_across_heads").
+
+    out = x * rsqrt(mean(x^2) + eps) * weight     (mean over all D = H*Dh channels of a token)
+
+Unlike Gemma's RMSNorm (`norms.rms_norm`, which scales by 1 + weight) the weight multiplies
+directly, and the statistic spans every head of the token rather than one head.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from embodied_ros.kernels.registry import kernel, reference
+
+
+def _examples(rng: np.random.Generator) -> list[tuple]:
+    cases = []
+    for tokens, width in ((1, 6), (13, 64), (40, 96), (3, 384)):
+        x = rng.standard_normal((tokens, width), dtype=np.float32) * 2.0
+        weight = 1.0 + 0.2 * rng.standard_normal(width, dtype=np.float32)
+        cases.append((x, weight, 1e-6))
+    return cases
+
+
+@reference("rms_norm_across_heads", examples=_examples)
+def rms_norm_across_heads(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    # x: [S, D], weight: [D] -> [S, D]
+    inverse_rms = 1.0 / np.sqrt(np.mean(np.square(x), axis=-1, keepdims=True) + np.float32(eps))
+    return (x * inverse_rms * weight).astype(np.float32)
+
+
+@kernel("rms_norm_across_heads", "numba")
+def rms_norm_across_heads_numba(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty_like(x)
+    _rms_norm(x, np.ascontiguousarray(weight, dtype=np.float32), np.float32(eps), out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+def _rms_norm(x, weight, eps, out):  # pragma: no cover - compiled
+    tokens, width = x.shape
+    for s in numba.prange(tokens):
+        total = np.float32(0.0)
+        for d in range(width):
+            total += x[s, d] * x[s, d]
+        inverse_rms = np.float32(1.0) / np.sqrt(total / np.float32(width) + eps)
+        for d in range(width):
+            out[s, d] = x[s, d] * inverse_rms * weight[d]
