@@ -1,0 +1,79 @@
+"""JointState selection, the instruction adapter, and the input buffer's freshness rules."""
+
+import numpy as np
+import pytest
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+
+from embodied_ros.inputs import (
+    InputBuffer, InputError, InstructionError, JointStateError, JointStateSelector, instruction_from_msg,
+)
+from embodied_ros.inputs.latest import InputSample
+
+
+def _joint_state(names, positions):
+    return JointState(name=list(names), position=[float(p) for p in positions])
+
+
+def test_selects_and_orders_joints_by_name():
+    selector = JointStateSelector(["elbow", "shoulder"])
+    got = selector.select(_joint_state(["shoulder", "gripper", "elbow"], [1.0, 9.0, 2.0]))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, [2.0, 1.0])
+    # a different message layout after the first is re-indexed, not read with the stale index
+    np.testing.assert_array_equal(selector.select(_joint_state(["elbow", "shoulder"], [5.0, 6.0])), [5.0, 6.0])
+
+
+def test_missing_joint_is_named():
+    selector = JointStateSelector(["shoulder", "wrist"])
+    with pytest.raises(JointStateError, match=r"missing joint\(s\) \['wrist'\]"):
+        selector.select(_joint_state(["shoulder"], [0.0]))
+
+
+def test_nan_position_is_named_with_its_value():
+    selector = JointStateSelector(["a", "b"])
+    with pytest.raises(JointStateError, match="non-finite position: b=nan"):
+        selector.select(_joint_state(["a", "b"], [0.0, float("nan")]))
+
+
+def test_names_and_positions_of_different_length_are_rejected():
+    msg = JointState(name=["a", "b"], position=[0.0])
+    with pytest.raises(JointStateError, match="2 joint names but 1 positions"):
+        JointStateSelector(["a"]).select(msg)
+
+
+def test_selector_rejects_duplicate_names():
+    with pytest.raises(ValueError, match="repeated"):
+        JointStateSelector(["a", "a"])
+
+
+def test_instruction_is_stripped_and_empty_is_an_error():
+    assert instruction_from_msg(String(data="  pick up the cube \n")) == "pick up the cube"
+    with pytest.raises(InstructionError, match="empty"):
+        instruction_from_msg(String(data="   "))
+
+
+def test_buffer_refuses_missing_bad_and_old_inputs():
+    buffer = InputBuffer(["front", "joint_states"])
+    with pytest.raises(InputError, match="front: no message received yet"):
+        buffer.newest_usable(["front"], now_ns=10, max_age_ns=5)
+    buffer.put("front", InputSample(stamp_ns=100, value="image"))
+    buffer.put("joint_states", InputSample(stamp_ns=100, error=JointStateError("joint_states: bad")))
+    with pytest.raises(JointStateError, match="bad"):
+        buffer.newest_usable(["front", "joint_states"], now_ns=101, max_age_ns=50)
+    buffer.put("joint_states", InputSample(stamp_ns=120, value="state"))
+    chosen = buffer.newest_usable(["front", "joint_states"], now_ns=140, max_age_ns=50)
+    assert chosen["front"].value == "image" and chosen["joint_states"].value == "state"
+    with pytest.raises(InputError, match=r"front: newest message is 60 ms old \(limit 50 ms\)"):
+        buffer.newest_usable(["front"], now_ns=100 + 60_000_000, max_age_ns=50_000_000)
+
+
+def test_buffer_finds_samples_stamped_at_a_step():
+    buffer = InputBuffer(["front"], keep=3)
+    for stamp in (10, 20, 30):
+        buffer.put("front", InputSample(stamp_ns=stamp, value=stamp))
+    assert buffer.stamped_at(["front"], 20)["front"].value == 20
+    assert buffer.stamped_at(["front"], 40) is None
+    buffer.put("front", InputSample(stamp_ns=40, error=InputError("front: broken")))
+    with pytest.raises(InputError, match="broken"):
+        buffer.stamped_at(["front"], 40)
