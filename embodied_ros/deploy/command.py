@@ -1,0 +1,109 @@
+"""What the controller commands at each actuator tick: follow the newest chunk, or hold and say why.
+
+The logic is plain Python over numpy so it is tested without ROS; the controller node feeds it
+chunks, measured positions and the input status, and calls `tick` at the actuator rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from embodied_ros.deploy.chunk import TimedChunk
+from embodied_ros.deploy.limits import JointLimits
+
+WAITING_FOR_CHUNK = "waiting for the first action chunk"
+NON_FINITE_CHUNK = "action chunk has non-finite values"
+CHUNK_RAN_OUT = "action chunk ran out"
+WAITING_FOR_FRESH_CHUNK = "waiting for a chunk computed after inputs recovered"
+INPUT_STATUS_SILENT = "no input status"
+
+
+@dataclass(frozen=True)
+class Command:
+    target_ns: int  # the instant the positions are meant for
+    positions: np.ndarray  # (n_joints,) float64
+    holding: bool
+    reason: str  # why it holds; "" while streaming
+    limited: bool  # a position or rate limit changed the target
+
+
+class CommandLogic:
+    def __init__(self, limits: JointLimits, period_ns: int, blend_ns: int = 0, input_timeout_ns: int = 0):
+        self.limits = limits
+        self.period_ns = period_ns
+        self.blend_ns = blend_ns
+        self.input_timeout_ns = input_timeout_ns  # 0: do not require an input status
+        self.chunk: TimedChunk | None = None
+        self._blend_from: TimedChunk | None = None
+        self._blend_start_ns = 0
+        self._chunk_fault = ""
+        self._input_fault = ""
+        self._input_seen_ns: int | None = None
+        self._fresh_after_ns: int | None = None  # after an input fault, chunks must be newer than this
+        self._measured: np.ndarray | None = None
+        self._last: np.ndarray | None = None
+
+    def accept_chunk(self, chunk: TimedChunk, now_ns: int) -> None:
+        if not chunk.is_finite():
+            self._chunk_fault = NON_FINITE_CHUNK
+            return
+        if self.chunk is not None and chunk.stamp_ns < self.chunk.stamp_ns:
+            return  # an older observation arrived late; keep the newer chunk
+        self._chunk_fault = ""
+        if self.blend_ns > 0 and self.chunk is not None:
+            self._blend_from, self._blend_start_ns = self.chunk, now_ns
+        self.chunk = chunk
+
+    def observe_positions(self, positions: np.ndarray) -> None:
+        self._measured = np.asarray(positions, dtype=np.float64)
+
+    def set_input_status(self, ok: bool, reason: str, now_ns: int) -> None:
+        self._input_seen_ns = now_ns
+        if ok and self._input_fault:
+            self._fresh_after_ns = now_ns
+        self._input_fault = "" if ok else f"inputs: {reason}"
+
+    def hold_reason(self, t_ns: int) -> str:
+        """Why the controller must hold at `t_ns`; "" when it can stream."""
+        if self.input_timeout_ns > 0:
+            if self._input_seen_ns is None or t_ns - self._input_seen_ns > self.input_timeout_ns:
+                return INPUT_STATUS_SILENT
+        if self._input_fault:
+            return self._input_fault
+        if self._chunk_fault:
+            return self._chunk_fault
+        if self.chunk is None:
+            return WAITING_FOR_CHUNK
+        if self._fresh_after_ns is not None and self.chunk.stamp_ns < self._fresh_after_ns:
+            return WAITING_FOR_FRESH_CHUNK
+        if t_ns > self.chunk.end_ns:
+            return CHUNK_RAN_OUT
+        return ""
+
+    def tick(self, t_ns: int) -> Command | None:
+        """The command for instant `t_ns`; None when holding with no known position to hold."""
+        reason = self.hold_reason(t_ns)
+        if reason:
+            hold = self._last if self._last is not None else self._measured
+            if hold is None:
+                return None
+            return Command(t_ns, hold.copy(), holding=True, reason=reason, limited=False)
+        target = self._blended_target(t_ns)
+        previous = self._last if self._last is not None else self._measured
+        positions, limited = self.limits.apply(target, previous, self.period_ns / 1e9)
+        self._last = positions
+        return Command(t_ns, positions.copy(), holding=False, reason="", limited=limited)
+
+    def _blended_target(self, t_ns: int) -> np.ndarray:
+        target = self.chunk.sample(t_ns)
+        if self._blend_from is None:
+            return target
+        weight = (t_ns - self._blend_start_ns) / self.blend_ns
+        old = self._blend_from.sample(t_ns)
+        if weight >= 1.0 or old is None:
+            self._blend_from = None
+            return target
+        weight = max(weight, 0.0)
+        return (1.0 - weight) * old + weight * target

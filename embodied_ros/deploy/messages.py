@@ -1,0 +1,38 @@
+"""Commands as the two ros2_control inputs people use: JointTrajectory and Float64MultiArray."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from embodied_ros.inputs.stamps import ns_to_duration, ns_to_time
+
+OUTPUTS = ("joint_trajectory", "float64_multi_array")
+
+
+def joint_trajectory(joint_names: Sequence[str], positions: np.ndarray, stamp_ns: int,
+                     time_from_start_ns: int) -> JointTrajectory:
+    """One-point trajectory for JointTrajectoryController: reach `positions` at stamp + time_from_start."""
+    msg = JointTrajectory(joint_names=list(joint_names))
+    msg.header.stamp = ns_to_time(stamp_ns)
+    point = JointTrajectoryPoint(positions=[float(p) for p in positions])
+    point.time_from_start = ns_to_duration(time_from_start_ns)
+    msg.points = [point]
+    return msg
+
+
+def float64_multi_array(positions: np.ndarray) -> Float64MultiArray:
+    """Positions in joint order for a forward command controller (its `joints` parameter sets the order)."""
+    msg = Float64MultiArray(data=[float(p) for p in positions])
+    msg.layout.dim = [MultiArrayDimension(label="joints", size=len(positions), stride=len(positions))]
+    return msg
+
+
+def command_positions(msg: JointTrajectory | Float64MultiArray) -> np.ndarray:
+    """The commanded positions of either output (first point of a trajectory)."""
+    if isinstance(msg, JointTrajectory):
+        return np.asarray(msg.points[0].positions, dtype=np.float64)
+    return np.asarray(msg.data, dtype=np.float64)
