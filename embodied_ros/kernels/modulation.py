@@ -9,6 +9,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from embodied_ros.kernels._jit import jit
 from embodied_ros.kernels.registry import kernel, reference
 
 
@@ -52,7 +53,7 @@ def modulated_layer_norm_numba(x: np.ndarray, shift: np.ndarray, scale: np.ndarr
     return out
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+@jit(parallel=True, fastmath={"reassoc", "contract"})
 def _modulated_layer_norm(x, shift, scale, eps, out):  # pragma: no cover - compiled
     tokens, width = x.shape
     row_step = 1 if shift.shape[0] != 1 else 0  # per-token rows or one shared row
@@ -100,7 +101,7 @@ def gated_residual_numba(x: np.ndarray, update: np.ndarray, gate: np.ndarray) ->
     return out
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+@jit(parallel=True, fastmath={"reassoc", "contract"})
 def _gated_residual(x, update, gate, out):  # pragma: no cover - compiled
     tokens, width = x.shape
     row_step = 1 if gate.shape[0] != 1 else 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from embodied_ros.kernels._jit import jit
 from embodied_ros.kernels.registry import kernel, reference
 
 
@@ -38,7 +39,7 @@ def rms_norm_across_heads_numba(x: np.ndarray, weight: np.ndarray, eps: float) -
     return out
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+@jit(parallel=True, fastmath={"reassoc", "contract"})
 def _rms_norm(x, weight, eps, out):  # pragma: no cover - compiled
     tokens, width = x.shape
     for s in numba.prange(tokens):

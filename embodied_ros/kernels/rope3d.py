@@ -15,6 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from embodied_ros.kernels._jit import jit
 from embodied_ros.kernels.registry import kernel, reference
 
 
@@ -81,7 +82,7 @@ def rope_pairs_numba(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndar
     return out
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+@jit(parallel=True, fastmath={"reassoc", "contract"})
 def _rope_pairs(x, cos, sin, out):  # pragma: no cover - compiled
     tokens, heads, head_dim = x.shape
     for s in numba.prange(tokens):

@@ -1,0 +1,1 @@
+"""Model families: one subpackage per bundle architecture (`general.architecture`), found by name."""
