@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from embodied_ros.inputs import InputError, image_to_rgb8
 from embodied_ros.replay import messages as m
 from embodied_ros.replay.episode import CameraStream, Episode, JointSeries
 from embodied_ros.replay.topics import TopicMap
@@ -100,8 +101,8 @@ class _Collector:
 
     def _add_frame(self, camera: str, stamp: int, msg) -> None:
         try:
-            rgb = m.image_to_rgb(msg)
-        except ValueError as error:
+            rgb = image_to_rgb8(msg, self.topic_map.cameras[camera])
+        except InputError as error:
             self.bad_frames[camera].append(f"t={stamp} ns: {error}")
             return
         frames = self.frames[camera]

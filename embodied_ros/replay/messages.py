@@ -73,51 +73,6 @@ def header_msg(stamp: int, frame_id: str = ""):
     return message_class("std_msgs/msg/Header")(stamp=time_msg(stamp), frame_id=frame_id)
 
 
-_ENCODINGS = {  # encoding -> (numpy dtype, channels)
-    "rgb8": (np.uint8, 3),
-    "bgr8": (np.uint8, 3),
-    "rgba8": (np.uint8, 4),
-    "bgra8": (np.uint8, 4),
-    "mono8": (np.uint8, 1),
-    "8UC1": (np.uint8, 1),
-    "8UC3": (np.uint8, 3),
-    "mono16": (np.uint16, 1),
-    "16UC1": (np.uint16, 1),
-}
-
-
-def image_to_rgb(msg) -> np.ndarray:
-    """sensor_msgs/Image (rosbags or rclpy) -> (H, W, 3) uint8 RGB; honours `step` and `is_bigendian`.
-
-    16-bit images (depth) are scaled to 8 bits by their own maximum, for display and models alike.
-    Raises ValueError when the buffer does not hold `height` rows of `step` bytes.
-    """
-    encoding = msg.encoding
-    if encoding not in _ENCODINGS:
-        raise ValueError(f"image encoding {encoding!r} is not supported (supported: {', '.join(_ENCODINGS)})")
-    dtype, channels = _ENCODINGS[encoding]
-    height, width, step = int(msg.height), int(msg.width), int(msg.step)
-    row_bytes = width * channels * np.dtype(dtype).itemsize
-    data = np.frombuffer(memoryview(msg.data).cast("B"), dtype=np.uint8)
-    if height <= 0 or width <= 0 or step < row_bytes or data.size < height * step:
-        raise ValueError(
-            f"{encoding} image of {height}x{width} with step {step} needs {height * max(step, row_bytes)} "
-            f"bytes, message holds {data.size}"
-        )
-    rows = data[: height * step].reshape(height, step)[:, :row_bytes]
-    pixels = rows.copy().view(np.dtype(dtype).newbyteorder(">" if msg.is_bigendian else "<"))
-    pixels = pixels.reshape(height, width, channels)
-    if encoding.startswith("bgr"):
-        pixels = pixels[:, :, 2::-1]
-    pixels = pixels[:, :, :3]
-    if pixels.dtype.itemsize == 2:
-        peak = max(int(pixels.max()), 1)
-        pixels = (pixels.astype(np.float32) * (255.0 / peak)).round().astype(np.uint8)
-    if pixels.shape[2] == 1:
-        pixels = np.repeat(pixels, 3, axis=2)
-    return np.ascontiguousarray(pixels, dtype=np.uint8)
-
-
 def rgb_to_image(stamp: int, rgb: np.ndarray, frame_id: str = ""):
     """(H, W, 3) uint8 RGB -> rosbags sensor_msgs/Image (rgb8, no row padding)."""
     if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:

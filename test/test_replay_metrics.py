@@ -1,0 +1,76 @@
+"""Replay metrics on hand-made series whose answers are known."""
+
+import numpy as np
+import pytest
+
+from embodied_ros.replay.episode import JointSeries
+from embodied_ros.replay.metrics import (PredictedChunk, action_errors, distribution_ms, frame_usage,
+                                         period_stats, staleness_stats)
+
+MS = 1_000_000
+
+
+def test_distribution_percentiles_and_empty_input():
+    stats = distribution_ms(np.arange(1, 101, dtype=float))
+    assert stats["count"] == 100 and stats["min"] == 1 and stats["max"] == 100
+    assert stats["p50"] == pytest.approx(50.5) and stats["p99"] == pytest.approx(99.01)
+    assert distribution_ms([np.nan])["p50"] is None and distribution_ms([])["count"] == 0
+
+
+def test_period_stats_count_jitter_and_missed_commands():
+    stamps = np.cumsum([0, 20, 20, 21, 19, 45, 20]) * MS  # one late command (45 ms: one period missed)
+    stats = period_stats(stamps, 0.020)
+    assert stats["nominal_ms"] == 20.0
+    assert stats["missed"] == 1
+    assert stats["period_ms"]["max"] == pytest.approx(45.0)
+    assert stats["error_ms"]["p50"] == pytest.approx(0.5)
+    assert stats["jitter_ms"] == pytest.approx(np.std([20, 20, 21, 19, 45, 20]))
+    with pytest.raises(ValueError, match="positive"):
+        period_stats(stamps, 0.0)
+
+
+def _reference(names=("a", "b")):
+    # targets: a(t) = t in seconds, b(t) = -2 t, recorded every 10 ms over 1 s
+    stamps = np.arange(0, 1001, 10) * MS
+    seconds = stamps / 1e9
+    return JointSeries("/cmd", stamps, tuple(names), np.stack([seconds, -2 * seconds], axis=1))
+
+
+def test_action_errors_compare_each_row_with_the_target_at_its_instant():
+    period = 0.1
+    rows = np.arange(1, 4)[:, None] * period  # chunk at t=0.2 s: rows for 0.3, 0.4, 0.5 s
+    exact = np.hstack([0.2 + rows, -2 * (0.2 + rows)])
+    off = exact + np.array([[0.0, 0.0], [0.1, 0.0], [0.0, -0.3]])
+    chunks = [PredictedChunk(200 * MS, exact, period), PredictedChunk(200 * MS, off, period)]
+    result = action_errors(chunks, ("a", "b"), _reference())
+    assert result["available"] and result["compared_rows"] == 6
+    assert result["per_joint"]["a"]["max_abs"] == pytest.approx(0.1)
+    assert result["per_joint"]["b"]["max_abs"] == pytest.approx(0.3)
+    assert result["per_offset"]["max_abs"] == pytest.approx([0.0, 0.1, 0.3])
+    assert result["per_offset"]["mse"][1] == pytest.approx(0.1**2 / 4)
+    assert result["mse"] == pytest.approx((0.1**2 + 0.3**2) / 12)
+
+
+def test_action_errors_skip_rows_outside_the_recording_and_match_joints_by_name():
+    chunk = PredictedChunk(900 * MS, np.zeros((3, 2)), 0.05)  # rows at 0.95, 1.0, 1.05 s
+    result = action_errors([chunk], ("b", "a"), _reference())
+    assert result["compared_rows"] == 2 and result["total_rows"] == 3
+    assert result["per_offset"]["mse"][2] is None
+    assert result["per_joint"]["b"]["max_abs"] == pytest.approx(2.0)  # b(1.0 s) = -2
+
+
+def test_action_errors_say_why_they_are_unavailable():
+    chunk = PredictedChunk(0, np.zeros((2, 2)), 0.1)
+    assert "no recorded commands" in action_errors([chunk], ("a", "b"), None)["reason"]
+    assert "lacks joints ['c']" in action_errors([chunk], ("a", "c"), _reference())["reason"]
+    unnamed = JointSeries("/arr", np.array([0, 10**9]), (), np.zeros((2, 3)))
+    assert "3 unnamed values" in action_errors([chunk], ("a", "b"), unnamed)["reason"]
+    assert action_errors([chunk], ("a", "b"), JointSeries("/arr", np.array([0, 10**9]), (), np.zeros((2, 2))))[
+        "available"]
+
+
+def test_frame_usage_and_staleness():
+    usage = frame_usage({"front": np.array([1, 2, 3, 4])}, {"front": [2, 4, 4]})
+    assert usage == {"front": {"recorded": 4, "used": 2, "dropped": 2}}
+    stats = staleness_stats([10.0, 20.0, 150.0], stale_after_ms=100.0)
+    assert stats["stale"] == 1 and stats["max"] == 150.0
