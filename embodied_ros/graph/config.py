@@ -1,0 +1,256 @@
+"""The graph's configuration: validated dataclasses, loaded from YAML, flattened to ROS parameters.
+
+Every node takes the whole configuration as ROS parameters with dotted names
+(`schedule.step_period_s`, `controller.rate_hz`, ...), so `ros2 param describe` documents them and
+the launch file, the container and `embodied-ros up` all pass the same values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+STAGES = ("perception", "prefix", "world", "action")
+RELIABILITIES = ("best_effort", "reliable")
+
+
+def _doc(text: str, default: Any) -> Any:
+    """A setting with its documentation (shown by `ros2 param describe` and written into docs/graph.md)."""
+    return field(default=default, metadata={"doc": text})
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    mode: str = _doc("realtime: stages run on timers; lockstep: driven step by step by a step clock (/clock)",
+                     "realtime")
+    step_period_s: float = _doc("control period: the length of one schedule step, seconds", 0.1)
+    perception: int = _doc("the perception encoder runs every N steps", 1)
+    prefix: int = _doc("the prefix builder runs every N steps", 1)
+    world: int = _doc("the world predictor runs every N steps (models with a world model only)", 1)
+    action: int = _doc("the action head runs every N steps", 1)
+    lockstep_start_s: float = _doc("lock-step: /clock time of step 0, seconds (step k is at start + k * period)",
+                                   1.0)
+
+    def __post_init__(self) -> None:
+        _check(self.mode in ("realtime", "lockstep"), f"schedule.mode must be realtime or lockstep, got {self.mode!r}")
+        _check(self.step_period_s > 0, f"schedule.step_period_s must be positive, got {self.step_period_s}")
+        for stage in STAGES:
+            period = getattr(self, stage)
+            _check(period >= 1, f"schedule.{stage} must be a whole number of steps >= 1, got {period}")
+        _check(self.lockstep_start_s > 0, f"schedule.lockstep_start_s must be positive, got {self.lockstep_start_s}")
+
+    def period_of(self, stage: str) -> int:
+        return 1 if stage in ("observation", "controller") else getattr(self, stage)
+
+
+@dataclass(frozen=True)
+class InputsConfig:
+    cameras: tuple[str, ...] = _doc("model camera names to subscribe (camera/<name>/image_raw); empty: all the "
+                                    "model's cameras", ())
+    state_joints: tuple[str, ...] = _doc("JointState names giving the model's state, in model order; empty: the "
+                                         "model's own state names", ())
+    max_age_s: float = _doc("an input older than this is stale: the observation is refused and the arm holds", 0.5)
+    reliability: str = _doc("QoS reliability of the camera and joint-state subscriptions: best_effort (matches "
+                            "every publisher) or reliable", "best_effort")
+    mono_max: float = _doc("16-bit and float single-channel images: value shown as white (0: 65535 / 1.0)", 0.0)
+
+    def __post_init__(self) -> None:
+        _check(self.max_age_s > 0, f"inputs.max_age_s must be positive, got {self.max_age_s}")
+        _check(self.reliability in RELIABILITIES, f"inputs.reliability must be one of {RELIABILITIES}, "
+                                                  f"got {self.reliability!r}")
+        _check(self.mono_max >= 0, f"inputs.mono_max must be >= 0, got {self.mono_max}")
+
+
+@dataclass(frozen=True)
+class StagesConfig:
+    max_input_age_s: float = _doc("a stage skips its run when the observation behind its input is older", 1.0)
+    noise_seed: int = _doc("seed of the action head's (and world predictor's) initial noise", 0)
+
+    def __post_init__(self) -> None:
+        _check(self.max_input_age_s > 0, f"stages.max_input_age_s must be positive, got {self.max_input_age_s}")
+        _check(self.noise_seed >= 0, f"stages.noise_seed must be >= 0, got {self.noise_seed}")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    rate_hz: float = _doc("actuator command rate, Hz", 50.0)
+    output: str = _doc("joint_trajectory (JointTrajectoryController) or float64_multi_array (forward command "
+                       "controller)", "joint_trajectory")
+    joints: tuple[str, ...] = _doc("robot joints to command, in output order; empty: the chunk's joint names", ())
+    action_columns: tuple[str, ...] = _doc("action column driving each joint; empty: same names as joints", ())
+    position_lower: tuple[float, ...] = _doc("per-joint lower position limits; empty: none", ())
+    position_upper: tuple[float, ...] = _doc("per-joint upper position limits; empty: none", ())
+    max_velocity: tuple[float, ...] = _doc("per-joint rate limits, units per second; empty: none", ())
+    blend_s: float = _doc("blend a new chunk into the executing one over this time (0: switch at once)", 0.0)
+    input_timeout_s: float = _doc("hold when no input status has arrived for this long (0: do not watch)", 0.5)
+
+    def __post_init__(self) -> None:
+        from embodied_ros.deploy.messages import OUTPUTS
+
+        _check(self.rate_hz > 0, f"controller.rate_hz must be positive, got {self.rate_hz}")
+        _check(self.output in OUTPUTS, f"controller.output must be one of {OUTPUTS}, got {self.output!r}")
+        _check(self.blend_s >= 0, f"controller.blend_s must be >= 0, got {self.blend_s}")
+        _check(self.input_timeout_s >= 0, f"controller.input_timeout_s must be >= 0, got {self.input_timeout_s}")
+        for name in ("action_columns", "position_lower", "position_upper", "max_velocity"):
+            values = getattr(self, name)
+            _check(not values or len(values) == len(self.joints),
+                   f"controller.{name} has {len(values)} values for {len(self.joints)} joints {list(self.joints)}")
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    mode: str = _doc("how stage outputs travel: reference (same process, zero-copy), serialized (Tensor "
+                     "messages) or auto (reference when composed)", "auto")
+    keep_last: int = _doc("outputs per stage kept alive for by-reference consumers", 8)
+
+    def __post_init__(self) -> None:
+        _check(self.mode in ("auto", "reference", "serialized"),
+               f"transport.mode must be auto, reference or serialized, got {self.mode!r}")
+        _check(self.keep_last >= 2, f"transport.keep_last must be >= 2, got {self.keep_last}")
+
+
+@dataclass(frozen=True)
+class DiagnosticsConfig:
+    period_s: float = _doc("how often each node publishes /diagnostics, seconds", 1.0)
+    window_s: float = _doc("rates and percentiles are taken over this recent window, seconds", 10.0)
+
+    def __post_init__(self) -> None:
+        _check(self.period_s > 0, f"diagnostics.period_s must be positive, got {self.period_s}")
+        _check(self.window_s > 0, f"diagnostics.window_s must be positive, got {self.window_s}")
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    camera_rate_hz: float = _doc("synthetic source: camera frame rate, Hz", 15.0)
+    joint_state_rate_hz: float = _doc("synthetic source: joint-state rate of the simulated arm, Hz", 100.0)
+    arm_time_constant_s: float = _doc("synthetic source: the arm follows commands with this first-order lag", 0.05)
+    instruction: str = _doc("synthetic source: the task instruction", "pick up the red cube")
+
+    def __post_init__(self) -> None:
+        for name in ("camera_rate_hz", "joint_state_rate_hz", "arm_time_constant_s"):
+            _check(getattr(self, name) > 0, f"synthetic.{name} must be positive, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    bundle: str = _doc("model bundle directory (relative paths are taken from the config file's folder)", "")
+    backend: str = _doc("kernel backend: numba (CPU) or cuda", "numba")
+    layout: str = _doc("composed: all nodes in one process; separate: one process per node", "composed")
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    inputs: InputsConfig = field(default_factory=InputsConfig)
+    stages: StagesConfig = field(default_factory=StagesConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.layout in ("composed", "separate"), f"layout must be composed or separate, got {self.layout!r}")
+        _check(self.backend in ("numba", "numpy", "cuda"), f"backend must be numba, numpy or cuda, "
+                                                           f"got {self.backend!r}")
+
+    @property
+    def by_reference(self) -> bool:
+        if self.transport.mode == "auto":
+            return self.layout == "composed"
+        return self.transport.mode == "reference"
+
+
+def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> GraphConfig:
+    """Config from a YAML file (None: all defaults), then dotted overrides like {"schedule.prefix": 2}."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        loaded = yaml.safe_load(path.read_text()) or {}
+        _check(isinstance(loaded, dict), f"{path}: the config must be a mapping, got {type(loaded).__name__}")
+        values = loaded
+        bundle = values.get("bundle")
+        if isinstance(bundle, str) and bundle and not Path(bundle).is_absolute():
+            values["bundle"] = str((path.parent / bundle).resolve())
+    flat = flatten(values)
+    flat.update(overrides or {})
+    return from_flat(flat)
+
+
+def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def from_flat(flat: Mapping[str, Any]) -> GraphConfig:
+    """GraphConfig from dotted names; unknown names and wrong types are errors that name the key."""
+    known = {name for name, _ in parameter_fields()}
+    unknown = sorted(set(flat) - known)
+    _check(not unknown, f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+    sections: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for name, spec in parameter_fields():
+        if name not in flat or flat[name] is None:
+            continue
+        value = _coerce(name, flat[name], spec.type)
+        if "." in name:
+            section, key = name.split(".", 1)
+            sections.setdefault(section, {})[key] = value
+        else:
+            top[name] = value
+    section_types = {f.name: f.default_factory for f in dataclasses.fields(GraphConfig)
+                     if f.default_factory is not dataclasses.MISSING}
+    for section, values in sections.items():
+        top[section] = section_types[section](**values)
+    return GraphConfig(**top)
+
+
+def parameter_fields() -> list[tuple[str, dataclasses.Field]]:
+    """Every leaf setting as (dotted name, dataclass field), in declaration order."""
+    leaves = []
+    for outer in dataclasses.fields(GraphConfig):
+        if outer.default_factory is not dataclasses.MISSING:
+            for inner in dataclasses.fields(outer.default_factory):
+                leaves.append((f"{outer.name}.{inner.name}", inner))
+        else:
+            leaves.append((outer.name, outer))
+    return leaves
+
+
+def to_parameters(config: GraphConfig) -> dict[str, Any]:
+    """Dotted name -> value, with lists for tuples and floats kept floats (ROS parameters are typed)."""
+    flat = {}
+    for name, spec in parameter_fields():
+        owner = config
+        for part in name.split("."):
+            owner = getattr(owner, part)
+        flat[name] = list(owner) if isinstance(owner, tuple) else owner
+    return flat
+
+
+def _coerce(name: str, value: Any, annotation: str) -> Any:
+    if annotation == "float":
+        _check(isinstance(value, (int, float)) and not isinstance(value, bool),
+               f"{name} must be a number, got {value!r}")
+        return float(value)
+    if annotation == "int":
+        _check(isinstance(value, int) and not isinstance(value, bool), f"{name} must be an integer, got {value!r}")
+        return value
+    if annotation == "str":
+        _check(isinstance(value, str), f"{name} must be a string, got {value!r}")
+        return value
+    if annotation == "bool":
+        _check(isinstance(value, bool), f"{name} must be true or false, got {value!r}")
+        return value
+    item = annotation[len("tuple["):].split(",")[0]
+    _check(isinstance(value, (list, tuple)), f"{name} must be a list, got {value!r}")
+    return tuple(_coerce(f"{name}[{i}]", v, item) for i, v in enumerate(value))

@@ -1,0 +1,76 @@
+"""Schedule arithmetic, lock-step readiness and the config's validation."""
+
+import pytest
+
+from embodied_ros.graph.config import GraphConfig, from_flat, load_config, to_parameters
+from embodied_ros.graph.schedule import SKIPPED, LockstepGate, StepClock, runs_on, source_step
+
+
+def test_step_clock_maps_steps_to_stamps_and_back():
+    clock = StepClock(start_ns=1_000, period_ns=100)
+    assert clock.stamp_of(3) == 1_300
+    assert clock.step_of(1_300) == 3
+    assert clock.step_of(1_350) is None and clock.step_of(900) is None
+
+
+def test_stage_reads_the_newest_upstream_output_at_or_before_its_step():
+    assert [k for k in range(12) if runs_on(k, 3)] == [0, 3, 6, 9]
+    assert [source_step(k, 2) for k in range(6)] == [0, 0, 2, 2, 4, 4]
+
+
+def test_gate_waits_for_exactly_the_scheduled_upstream_outputs():
+    gate = LockstepGate(period=3, upstream_periods={"prefix": 2})
+    for step in range(4):
+        gate.on_step(step)
+    assert gate.next_ready() is None  # step 0 owes prefix@0
+    gate.on_upstream("prefix", 0, "p0")
+    assert gate.next_ready() == (0, {"prefix": "p0"})
+    gate.on_upstream("prefix", 2, "p2")
+    assert gate.next_ready() == (3, {"prefix": "p2"})  # step 3 reads prefix@2
+    assert gate.next_ready() is None
+
+
+def test_gate_falls_back_to_the_newest_earlier_output_after_a_skip():
+    gate = LockstepGate(period=1, upstream_periods={"prefix": 1})
+    gate.on_step(0)
+    gate.on_step(1)
+    gate.on_step(1)  # repeated clock messages are ignored
+    gate.on_upstream("prefix", 0, "p0")
+    gate.on_upstream("prefix", 1, SKIPPED)
+    assert gate.next_ready() == (0, {"prefix": "p0"})
+    assert gate.next_ready() == (1, {"prefix": "p0"})
+    assert gate.next_ready() is None
+
+
+def test_gate_gives_none_when_nothing_was_ever_produced():
+    gate = LockstepGate(period=1, upstream_periods={"observation": 1})
+    gate.on_step(0)
+    gate.on_upstream("observation", 0, SKIPPED)
+    assert gate.next_ready() == (0, {"observation": None})
+
+
+def test_config_round_trips_through_ros_parameters():
+    config = from_flat({"schedule.perception": 2, "schedule.world": 3, "controller.joints": ["a", "b"],
+                        "controller.max_velocity": [1, 2]})
+    assert config.controller.max_velocity == (1.0, 2.0)
+    assert from_flat(to_parameters(config)) == config
+
+
+def test_config_errors_name_the_key_and_value(tmp_path):
+    with pytest.raises(ValueError, match=r"schedule.prefix must be a whole number of steps >= 1, got 0"):
+        from_flat({"schedule.prefix": 0})
+    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['schedule.perceptoin'\]"):
+        from_flat({"schedule.perceptoin": 2})
+    with pytest.raises(ValueError, match=r"schedule.step_period_s must be a number, got 'fast'"):
+        from_flat({"schedule.step_period_s": "fast"})
+    with pytest.raises(ValueError, match=r"controller.position_lower has 1 values for 2 joints"):
+        from_flat({"controller.joints": ["a", "b"], "controller.position_lower": [0.0]})
+
+
+def test_config_file_resolves_the_bundle_next_to_it(tmp_path):
+    path = tmp_path / "robot.yaml"
+    path.write_text("bundle: bundles/tiny\nschedule:\n  perception: 2\n")
+    config = load_config(path, {"schedule.prefix": 2})
+    assert config.bundle == str(tmp_path / "bundles" / "tiny")
+    assert (config.schedule.perception, config.schedule.prefix) == (2, 2)
+    assert GraphConfig().by_reference and not load_config(None, {"layout": "separate"}).by_reference
