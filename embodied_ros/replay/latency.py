@@ -1,0 +1,151 @@
+"""Latency budgets and the checks the latency tests make (launch_testing and pytest alike).
+
+A budget (config/budgets/<deployment>.yaml) bounds, for one deployment, the end-to-end latency
+(input stamp -> ActionChunk received) at p50 and p99, and the error of the command stream's period
+(|period - nominal|) at p50 and p99. `evaluate` compares a `LatencyMeasurement` with a budget and
+always reports the measured numbers, pass or fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from embodied_ros.replay.metrics import distribution_ms, period_stats
+
+
+def budgets_dir() -> Path:
+    """config/budgets of the source tree, else of the installed package share directory."""
+    source = Path(__file__).resolve().parents[2] / "config" / "budgets"
+    if source.is_dir():
+        return source
+    from ament_index_python.packages import get_package_share_directory
+
+    return Path(get_package_share_directory("embodied_ros")) / "config" / "budgets"
+
+
+@dataclass(frozen=True)
+class PercentileBound:
+    p50_ms: float
+    p99_ms: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.p50_ms <= self.p99_ms:
+            raise ValueError(f"bounds need 0 < p50_ms <= p99_ms, got p50_ms={self.p50_ms}, p99_ms={self.p99_ms}")
+
+
+@dataclass(frozen=True)
+class LatencyBudget:
+    deployment: str
+    end_to_end: PercentileBound  # input stamp -> ActionChunk received
+    command_period_s: float  # nominal period of the controller's command stream
+    command_period_error: PercentileBound  # |period - nominal|
+    chunks: int = 20  # chunks measured, after warm-up
+    warmup_chunks: int = 3  # first chunks ignored (caches, page faults)
+    input_rate_hz: float = 10.0  # how often the probe publishes a stamped observation
+    timeout_s: float = 120.0  # the whole measurement, including waiting for the graph to come up
+
+    def __post_init__(self) -> None:
+        if self.command_period_s <= 0:
+            raise ValueError(f"{self.deployment}: command_period_s must be positive, got {self.command_period_s}")
+        if self.chunks < 5 or self.warmup_chunks < 0:
+            raise ValueError(f"{self.deployment}: need chunks >= 5 and warmup_chunks >= 0, "
+                             f"got {self.chunks} and {self.warmup_chunks}")
+        if not 0 < self.input_rate_hz <= 1000 or self.timeout_s <= 0:
+            raise ValueError(f"{self.deployment}: input_rate_hz must be in (0, 1000] and timeout_s positive, "
+                             f"got {self.input_rate_hz} and {self.timeout_s}")
+
+
+_BUDGET_KEYS = {"deployment", "end_to_end_ms", "command_period", "chunks", "warmup_chunks", "input_rate_hz",
+                "timeout_s"}
+
+
+def load_budget(name_or_path: str | Path) -> LatencyBudget:
+    """A budget by deployment name (config/budgets/<name>.yaml) or by file path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = budgets_dir() / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in budgets_dir().glob("*.yaml"))
+        raise FileNotFoundError(f"no latency budget {name_or_path!r} ({path}); known deployments: {known}")
+    values = yaml.safe_load(path.read_text()) or {}
+    unknown = sorted(set(values) - _BUDGET_KEYS)
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {unknown}; known: {sorted(_BUDGET_KEYS)}")
+    try:
+        period = values["command_period"]
+        return LatencyBudget(
+            deployment=str(values.get("deployment", path.stem)),
+            end_to_end=PercentileBound(p50_ms=values["end_to_end_ms"]["p50"], p99_ms=values["end_to_end_ms"]["p99"]),
+            command_period_s=float(period["nominal_s"]),
+            command_period_error=PercentileBound(p50_ms=period["error_p50_ms"], p99_ms=period["error_p99_ms"]),
+            **{k: values[k] for k in ("chunks", "warmup_chunks", "input_rate_hz", "timeout_s") if k in values},
+        )
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{path}: malformed budget ({error}); see config/budgets/ci.yaml for the layout") from None
+
+
+@dataclass
+class LatencyMeasurement:
+    """What a latency probe saw."""
+
+    end_to_end_ms: list[float] = field(default_factory=list)  # one per chunk whose stamp the probe sent
+    command_stamps_ns: list[int] = field(default_factory=list)  # receive times of controller commands
+    unmatched_chunks: int = 0  # chunks whose observation stamp the probe never sent
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    passed: bool
+    failures: tuple[str, ...]
+    summary: dict
+
+    def report(self) -> str:
+        e2e, period = self.summary["end_to_end_ms"], self.summary["command_period"]
+        lines = [
+            f"latency [{self.summary['deployment']}]: {'PASS' if self.passed else 'FAIL'}",
+            f"  end-to-end ms   n={e2e['count']}  p50={_num(e2e['p50'])}  p95={_num(e2e['p95'])}  "
+            f"p99={_num(e2e['p99'])}  max={_num(e2e['max'])}",
+            f"  command period  nominal={period['nominal_ms']:.1f} ms  n={period['period_ms']['count']}  "
+            f"p50={_num(period['period_ms']['p50'])}  p99={_num(period['period_ms']['p99'])}  "
+            f"|error| p50={_num(period['error_ms']['p50'])}  p99={_num(period['error_ms']['p99'])}  "
+            f"jitter={_num(period['jitter_ms'])}  missed={period['missed']}",
+        ]
+        lines.extend(f"  over budget: {failure}" for failure in self.failures)
+        return "\n".join(lines)
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def evaluate(measurement: LatencyMeasurement, budget: LatencyBudget) -> LatencyResult:
+    """Measured numbers vs the budget; a failure names the number, its bound and the deployment."""
+    e2e = distribution_ms(measurement.end_to_end_ms[budget.warmup_chunks:])
+    period = period_stats(measurement.command_stamps_ns, budget.command_period_s)
+    failures = []
+    if e2e["count"] < budget.chunks:
+        failures.append(f"only {e2e['count']} chunks measured after {budget.warmup_chunks} warm-up, "
+                        f"budget asks for {budget.chunks}")
+    if period["period_ms"]["count"] < 2:
+        failures.append(f"only {len(measurement.command_stamps_ns)} commands received")
+    checks = [("end-to-end p50", e2e["p50"], budget.end_to_end.p50_ms),
+              ("end-to-end p99", e2e["p99"], budget.end_to_end.p99_ms),
+              ("command period |error| p50", period["error_ms"]["p50"], budget.command_period_error.p50_ms),
+              ("command period |error| p99", period["error_ms"]["p99"], budget.command_period_error.p99_ms)]
+    for name, value, bound in checks:
+        if value is not None and value > bound:
+            failures.append(f"{name} {value:.2f} ms > {bound:.2f} ms ({budget.deployment})")
+    summary = {"deployment": budget.deployment, "end_to_end_ms": e2e, "command_period": period,
+               "unmatched_chunks": measurement.unmatched_chunks}
+    return LatencyResult(not failures, tuple(failures), summary)
+
+
+def end_to_end_ms(sent_stamps_ns: set[int], observation_ns: int, received_ns: int) -> float | None:
+    """Latency of one chunk, or None when its observation is not one the probe stamped."""
+    if observation_ns not in sent_stamps_ns:
+        return None
+    return float(np.float64(received_ns - observation_ns) / 1e6)

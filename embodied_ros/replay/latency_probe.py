@@ -1,0 +1,127 @@
+"""A ROS node that measures a running graph from outside, as the latency tests do.
+
+It publishes stamped observations (every camera and the joint state of one tick carry the same
+header stamp, so the ActionChunk's observation_stamp tells which tick it answers), records when each
+chunk arrives, and records the arrival times of the controller's commands. The graph may have been
+started by `ros2 launch` (launch_testing) or by the project's CLI (pytest twins); the probe does not
+care, which is what makes the two tests the same test.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from embodied_ros.replay.latency import LatencyBudget, LatencyMeasurement, end_to_end_ms
+from embodied_ros.replay.synthetic import render_view
+from embodied_ros.replay.topics import TopicMap
+
+
+class LatencyProbe:
+    def __init__(self, cameras: Mapping[str, tuple[int, int]], joint_names: Sequence[str], *,
+                 topic_map: TopicMap | None = None, command_output: str = "joint_trajectory",
+                 instruction: str = "pick up the red cube", context=None, namespace: str = "") -> None:
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import Image, JointState
+        from std_msgs.msg import Float64MultiArray, String
+        from trajectory_msgs.msg import JointTrajectory
+
+        from embodied_ros.msg import ActionChunk
+
+        self.cameras = dict(cameras)
+        self.joint_names = tuple(joint_names)
+        self.instruction = instruction
+        self.topics = topic_map or TopicMap.for_cameras(self.cameras)
+        self.node = rclpy.create_node("embodied_latency_probe", namespace=namespace, context=context)
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(self.node)
+        out_qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)  # matches either kind of subscriber
+        in_qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)  # matches either kind of publisher
+        self._image_pubs = {name: self.node.create_publisher(Image, self._rel(self.topics.cameras[name]), out_qos)
+                            for name in self.cameras}
+        self._joint_pub = self.node.create_publisher(JointState, self._rel(self.topics.joint_states), out_qos)
+        self._instruction_pub = self.node.create_publisher(String, self._rel(self.topics.instruction), out_qos)
+        command_type, command_topic = ((JointTrajectory, self.topics.trajectory) if command_output == "joint_trajectory"
+                                       else (Float64MultiArray, self.topics.array))
+        self._chunk_topic = self._rel(self.topics.action_chunk)
+        self.node.create_subscription(ActionChunk, self._chunk_topic, self._on_chunk, in_qos)
+        self.node.create_subscription(command_type, self._rel(command_topic), self._on_command, in_qos)
+        self.sent: set[int] = set()
+        self.measurement = LatencyMeasurement()
+        self._ticks = 0
+
+    @staticmethod
+    def _rel(topic: str) -> str:
+        """Topics relative to the probe's namespace, so a namespaced graph is probed in its namespace."""
+        return topic.lstrip("/")
+
+    def _on_chunk(self, msg) -> None:
+        received = time.time_ns()
+        observation = int(msg.observation_stamp.sec) * 1_000_000_000 + int(msg.observation_stamp.nanosec)
+        latency = end_to_end_ms(self.sent, observation, received)
+        if latency is None:
+            self.measurement.unmatched_chunks += 1
+        else:
+            self.measurement.end_to_end_ms.append(latency)
+
+    def _on_command(self, _msg) -> None:
+        self.measurement.command_stamps_ns.append(time.time_ns())
+
+    def publish_observation(self) -> int:
+        """Publish one stamped observation (images, joint state, and the instruction); returns its stamp."""
+        from builtin_interfaces.msg import Time
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import String
+
+        from embodied_ros.inputs import array_to_image
+
+        stamp = time.time_ns()
+        positions = 0.5 * np.sin(0.3 * self._ticks + np.arange(len(self.joint_names)))
+        for view, (name, size) in enumerate(self.cameras.items()):
+            image = array_to_image(render_view(view, positions, size), "rgb8", stamp, frame_id=name)
+            self._image_pubs[name].publish(image)
+        joint_state = JointState(name=list(self.joint_names), position=positions.tolist())
+        joint_state.header.stamp = Time(sec=stamp // 1_000_000_000, nanosec=stamp % 1_000_000_000)
+        self._joint_pub.publish(joint_state)
+        self._instruction_pub.publish(String(data=self.instruction))
+        self.sent.add(stamp)
+        self._ticks += 1
+        return stamp
+
+    def wait_for_graph(self, timeout_s: float) -> None:
+        """Spin until the graph subscribes to every input and publishes chunks; TimeoutError names what is missing."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            missing = [pub.topic_name for pub in (*self._image_pubs.values(), self._joint_pub, self._instruction_pub)
+                       if pub.get_subscription_count() == 0]
+            if not self.node.count_publishers(self.node.resolve_topic_name(self._chunk_topic)):
+                missing.append(f"{self._chunk_topic} (no publisher)")
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"graph not up after {timeout_s:.0f} s; nobody on: {', '.join(missing)}")
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def measure(self, budget: LatencyBudget) -> LatencyMeasurement:
+        """Publish at the budget's input rate until enough chunks came back (or the timeout); the result
+        holds what was measured either way, so a failing run still reports its numbers."""
+        deadline = time.monotonic() + budget.timeout_s
+        self.wait_for_graph(budget.timeout_s)
+        period = 1.0 / budget.input_rate_hz
+        next_tick = time.monotonic()
+        wanted = budget.chunks + budget.warmup_chunks
+        while len(self.measurement.end_to_end_ms) < wanted and time.monotonic() < deadline:
+            if time.monotonic() >= next_tick:
+                self.publish_observation()
+                next_tick += period
+            self.executor.spin_once(timeout_sec=max(0.0, min(0.005, next_tick - time.monotonic())))
+        return self.measurement
+
+    def close(self) -> None:
+        self.executor.remove_node(self.node)
+        self.node.destroy_node()
+        self.executor.shutdown()
