@@ -1,0 +1,67 @@
+"""SigLIP vision tower + PaliGemma projector: camera images -> image tokens in the LM's width.
+
+Axes: N cameras, T tokens per camera (patches, row-major), W vision width, H heads, P patch
+features (3 * patch^2, in (channel, row, column) order).
+
+    x = patch_linear(patches) + position          (the reference's conv with kernel = stride = patch)
+    depth x:  x += attn_out(MHA(LN1(x)))           (q/k/v/out with bias, no mask, per camera)
+              x += fc2(gelu_tanh(fc1(LN2(x))))
+    tokens = projector(LN_post(x))                 (no scaling)
+
+Cameras are independent sequences but share every linear, so all cameras go through each linear
+as one [N * T, W] matrix; only attention is per camera.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from embodied_ros.models.pi05.config import VisionConfig
+
+
+def patchify(images: np.ndarray, patch: int) -> np.ndarray:
+    """[N, 3, S, S] -> [N, T, P] with T = (S / patch)^2 patches in row-major order."""
+    n, channels, height, width = images.shape
+    rows, cols = height // patch, width // patch
+    grid = images.reshape(n, channels, rows, patch, cols, patch)
+    return grid.transpose(0, 2, 4, 1, 3, 5).reshape(n, rows * cols, channels * patch * patch)
+
+
+def _encoder_layer(ks, cfg: VisionConfig, w: Mapping[str, Any], x: np.ndarray, n_cameras: int) -> np.ndarray:
+    # x: [N*T, W]
+    tokens = x.shape[0] // n_cameras
+    h = ks.layer_norm(x, w["ln1.weight"], w["ln1.bias"], cfg.eps)
+    heads = (n_cameras, tokens, cfg.num_heads, cfg.head_dim)
+    q = ks.linear(h, w["attn_q.weight"], w["attn_q.bias"]).reshape(heads)
+    k = ks.linear(h, w["attn_k.weight"], w["attn_k.bias"]).reshape(heads)
+    v = ks.linear(h, w["attn_v.weight"], w["attn_v.bias"]).reshape(heads)
+    attended = np.concatenate([ks.attention(q[c], k[c], v[c]) for c in range(n_cameras)])  # [N*T, H, hd]
+    x = x + ks.linear(attended.reshape(x.shape), w["attn_out.weight"], w["attn_out.bias"])
+    h = ks.layer_norm(x, w["ln2.weight"], w["ln2.bias"], cfg.eps)
+    return x + ks.linear(ks.gelu_tanh(ks.linear(h, w["fc1.weight"], w["fc1.bias"])), w["fc2.weight"], w["fc2.bias"])
+
+
+def image_tokens(ks, cfg: VisionConfig, weights: Mapping[str, Any], layers: list[Mapping[str, Any]],
+                 images: np.ndarray) -> np.ndarray:
+    """[N, 3, S, S] images in [-1, 1] -> [N, T, LM width] image tokens.
+
+    weights: the runtime tensors (`vision.*`, `projector.*`); layers: per encoder layer, its tensors
+    with the `vision.blk.{i}.` prefix removed.
+    """
+    expected = (3, cfg.image_size, cfg.image_size)
+    if images.ndim != 4 or images.shape[1:] != expected:
+        raise ValueError(f"vision tower expects images [N, {expected[0]}, {expected[1]}, {expected[2]}], "
+                         f"got {images.shape}")
+    n = images.shape[0]
+    patches = patchify(np.ascontiguousarray(images, dtype=np.float32), cfg.patch_size)
+    x = ks.linear(patches.reshape(n * cfg.tokens_per_camera, cfg.patch_features),
+                  weights["vision.patch.weight"], weights["vision.patch.bias"])
+    x = (x.reshape(n, cfg.tokens_per_camera, cfg.width) + weights["vision.position"]).reshape(-1, cfg.width)
+    for layer in layers:
+        x = _encoder_layer(ks, cfg, layer, x, n)
+    x = ks.layer_norm(x, weights["vision.post_ln.weight"], weights["vision.post_ln.bias"], cfg.eps)
+    projected = ks.linear(x, weights["projector.weight"], weights["projector.bias"])
+    return projected.reshape(n, cfg.tokens_per_camera, -1)

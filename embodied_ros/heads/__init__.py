@@ -1,0 +1,1 @@
+"""Heads: what turns a prefix cache into actions (flow-matching action expert and its solver)."""

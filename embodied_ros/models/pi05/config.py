@@ -1,0 +1,205 @@
+"""pi0.5 dimensions and settings, validated once; every other module trusts them.
+
+A config comes from a bundle's metadata (`from_dict`), from a reference-record folder's config.json
+(`from_fixture_json`) or from a checkpoint's tensor shapes (`models/pi05/convert.py`). Full size is
+SigLIP so400m (1152 x 27, 16 heads, mlp 4304) + Gemma 2B (2048 x 18, mlp 16384) + a Gemma 300M
+action expert (1024 x 18, mlp 4096); both Gemmas use 8 query heads, 1 kv head, head_dim 256.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+DEFAULT_ACTION_PERIOD_S = 0.02  # 50 Hz; LeRobot checkpoints do not record the control rate
+DEFAULT_NOISE_SEED = 0
+LEROBOT_CAMERA_PREFIX = "observation.images."
+
+
+def camera_name(feature_key: str) -> str:
+    """LeRobot's camera feature key -> the camera's name ("observation.images.wrist" -> "wrist")."""
+    return feature_key[len(LEROBOT_CAMERA_PREFIX):] if feature_key.startswith(LEROBOT_CAMERA_PREFIX) else feature_key
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _positive(owner: str, **values: int) -> None:
+    for name, value in values.items():
+        _require(isinstance(value, int) and value > 0, f"{owner}.{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """SigLIP tower: square images cut into patch_size patches, pre-LN encoder layers."""
+
+    image_size: int
+    patch_size: int
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        _positive("vision", image_size=self.image_size, patch_size=self.patch_size, width=self.width,
+                  depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads)
+        _require(self.image_size % self.patch_size == 0,
+                 f"vision.image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
+        _require(self.width % self.num_heads == 0,
+                 f"vision.width {self.width} is not divisible by num_heads {self.num_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.num_heads
+
+    @property
+    def patches_per_side(self) -> int:
+        return self.image_size // self.patch_size
+
+    @property
+    def tokens_per_camera(self) -> int:
+        return self.patches_per_side ** 2
+
+    @property
+    def patch_features(self) -> int:
+        return 3 * self.patch_size ** 2
+
+
+@dataclass(frozen=True)
+class GemmaConfig:
+    """A Gemma decoder stack (the language model or the action expert)."""
+
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    eps: float = 1e-6
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        _positive("gemma", width=self.width, depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
+                  num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
+        _require(self.num_heads % self.num_kv_heads == 0,
+                 f"{self.num_heads} query heads cannot share {self.num_kv_heads} key/value heads")
+        _require(self.head_dim % 2 == 0, f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+
+
+@dataclass(frozen=True)
+class Pi05Config:
+    vision: VisionConfig
+    lm: GemmaConfig
+    expert: GemmaConfig
+    vocab_size: int
+    camera_names: tuple[str, ...]  # model camera order
+    state_names: tuple[str, ...]
+    action_names: tuple[str, ...]
+    chunk_size: int = 50
+    max_action_dim: int = 32
+    max_state_dim: int = 32
+    num_inference_steps: int = 10
+    tokenizer_max_length: int = 200
+    time_min_period: float = 4e-3
+    time_max_period: float = 4.0
+    action_period_s: float = DEFAULT_ACTION_PERIOD_S
+    noise_seed: int = DEFAULT_NOISE_SEED
+    extra: Mapping[str, Any] = field(default_factory=dict)  # provenance, never read by the math
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "camera_names", tuple(self.camera_names))
+        object.__setattr__(self, "state_names", tuple(self.state_names))
+        object.__setattr__(self, "action_names", tuple(self.action_names))
+        _positive("pi05", vocab_size=self.vocab_size, chunk_size=self.chunk_size,
+                  max_action_dim=self.max_action_dim, max_state_dim=self.max_state_dim,
+                  num_inference_steps=self.num_inference_steps, tokenizer_max_length=self.tokenizer_max_length)
+        _require(len(self.camera_names) > 0, "pi05 needs at least one camera")
+        _require(len(set(self.camera_names)) == len(self.camera_names),
+                 f"camera names repeat: {self.camera_names}")
+        _require(0 < len(self.action_names) <= self.max_action_dim,
+                 f"{len(self.action_names)} action names for max_action_dim {self.max_action_dim}")
+        _require(len(self.state_names) <= self.max_state_dim,
+                 f"{len(self.state_names)} state names for max_state_dim {self.max_state_dim}")
+        lm, expert = self.lm, self.expert
+        _require(expert.depth <= lm.depth,
+                 f"expert layer i reads LM layer i's cache: expert depth {expert.depth} > LM depth {lm.depth}")
+        _require((expert.num_kv_heads, expert.head_dim) == (lm.num_kv_heads, lm.head_dim),
+                 f"expert kv heads x head_dim {expert.num_kv_heads}x{expert.head_dim} must equal the LM's "
+                 f"{lm.num_kv_heads}x{lm.head_dim} (the expert attends to the LM's cache)")
+        _require(self.action_period_s > 0, f"action_period_s must be positive, got {self.action_period_s}")
+        _require(0 < self.time_min_period < self.time_max_period,
+                 f"time periods must satisfy 0 < min < max, got {self.time_min_period}, {self.time_max_period}")
+        _require(expert.width % 2 == 0, f"expert width must be even (sin/cos time embedding), got {expert.width}")
+
+    @property
+    def action_dim(self) -> int:
+        return len(self.action_names)
+
+    @property
+    def state_dim(self) -> int:
+        return len(self.state_names)
+
+    @property
+    def max_prefix_len(self) -> int:
+        return len(self.camera_names) * self.vision.tokens_per_camera + self.tokenizer_max_length
+
+    @property
+    def embed_scale(self) -> float:
+        return math.sqrt(self.lm.width)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested values (JSON-safe) that `from_dict` reads back."""
+        values = asdict(self)
+        for key in ("camera_names", "state_names", "action_names"):
+            values[key] = list(values[key])
+        values["extra"] = dict(self.extra)
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "Pi05Config":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        _require(not unknown, f"unknown pi05 config keys: {unknown}")
+        values = dict(values)
+        try:
+            values["vision"] = VisionConfig(**values["vision"])
+            values["lm"] = GemmaConfig(**values["lm"])
+            values["expert"] = GemmaConfig(**values["expert"])
+            return cls(**values)
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"incomplete or malformed pi05 config: {error}") from None
+
+    @classmethod
+    def from_fixture_json(cls, record: Mapping[str, Any]) -> "Pi05Config":
+        """The config.json of a reference-record folder (format: test/data/pi05_tiny/config.json)."""
+        try:
+            vision, lm, expert = record["vision"], record["language_model"], record["expert"]
+            time = record.get("time_embedding", {})
+            return cls(
+                vision=VisionConfig(vision["image_size"], vision["patch_size"], vision["width"], vision["depth"],
+                                    vision["mlp_dim"], vision["num_heads"], vision.get("layer_norm_eps", 1e-6)),
+                lm=_gemma_from_record(lm),
+                expert=_gemma_from_record(expert),
+                vocab_size=lm["vocab_size"],
+                camera_names=tuple(camera_name(key) for key in record["camera_names"]),
+                state_names=tuple(f"state_{i}" for i in range(record["state_dim"])),
+                action_names=tuple(f"action_{i}" for i in range(record["action_dim"])),
+                chunk_size=record["chunk_size"],
+                max_action_dim=record["max_action_dim"],
+                max_state_dim=record["max_state_dim"],
+                num_inference_steps=record["num_inference_steps"],
+                tokenizer_max_length=record["tokenizer_max_length"],
+                time_min_period=time.get("min_period", 4e-3),
+                time_max_period=time.get("max_period", 4.0),
+            )
+        except KeyError as error:
+            raise ValueError(f"reference record config.json lacks {error}") from None
+
+
+def _gemma_from_record(part: Mapping[str, Any]) -> GemmaConfig:
+    return GemmaConfig(part["width"], part["depth"], part["mlp_dim"], part["num_heads"], part["num_kv_heads"],
+                       part["head_dim"], part.get("rms_norm_eps", 1e-6), part.get("rope_theta", 10000.0))
