@@ -86,15 +86,19 @@ class CommandLogic:
         """The command for instant `t_ns`; None when holding with no known position to hold."""
         reason = self.hold_reason(t_ns)
         if reason:
-            hold = self._last if self._last is not None else self._measured
-            if hold is None:
-                return None
-            return Command(t_ns, hold.copy(), holding=True, reason=reason, limited=False)
+            return self.hold(t_ns, reason)
         target = self._blended_target(t_ns)
         previous = self._last if self._last is not None else self._measured
         positions, limited = self.limits.apply(target, previous, self.period_ns / 1e9)
         self._last = positions
         return Command(t_ns, positions.copy(), holding=False, reason="", limited=limited)
+
+    def hold(self, t_ns: int, reason: str) -> Command | None:
+        """Stay at the last command (or the measured position before any); None if neither is known."""
+        hold = self._last if self._last is not None else self._measured
+        if hold is None:
+            return None
+        return Command(t_ns, hold.copy(), holding=True, reason=reason, limited=False)
 
     def _blended_target(self, t_ns: int) -> np.ndarray:
         target = self.chunk.sample(t_ns)

@@ -157,6 +157,9 @@ class GraphConfig:
         _check(self.layout in ("composed", "separate"), f"layout must be composed or separate, got {self.layout!r}")
         _check(self.backend in ("numba", "numpy", "cuda"), f"backend must be numba, numpy or cuda, "
                                                            f"got {self.backend!r}")
+        timeout, step = self.controller.input_timeout_s, self.schedule.step_period_s
+        _check(timeout == 0 or timeout > step, f"controller.input_timeout_s ({timeout}) must exceed "
+                                               f"schedule.step_period_s ({step}): the input status comes once a step")
 
     @property
     def by_reference(self) -> bool:

@@ -1,0 +1,268 @@
+"""Drive a graph step by step: deterministic, as fast as the stages compute.
+
+    with LockstepGraph(config) as graph:
+        for images, joints in episode:
+            out = graph.step(images, joints, instruction="pick up the cube")
+            out.chunk, out.commands, out.timings
+
+Step k publishes /clock = start + k * step_period, then the step's images and joint state stamped
+with that time on the graph's input topics, and waits until every stage scheduled at step k has
+reported (StageTiming), the action chunk of step k (if the action head runs) and the controller's
+commands are in. The same inputs give the same chunks and commands, run after run, composed or
+in separate processes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticStatus
+from lifecycle_msgs.srv import GetState
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory
+
+from embodied_ros.deploy.messages import command_positions
+from embodied_ros.graph.composed import ComposedGraph, graph_nodes
+from embodied_ros.graph.config import GraphConfig
+from embodied_ros.graph.schedule import StepClock, runs_on
+from embodied_ros.graph.stats import status_values
+from embodied_ros.graph.topics import (
+    ACTION_CHUNK, CLOCK, COMMAND_TOPICS, INPUT_STATUS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, TIMING,
+    camera_topic, lockstep_qos,
+)
+from embodied_ros.graph.transport import msg_to_chunk
+from embodied_ros.inputs.image import array_to_image
+from embodied_ros.inputs.stamps import ns_to_time, seconds_to_ns, time_to_ns
+from embodied_ros.msg import ActionChunk, StageTiming
+from embodied_ros.nodes.runtime_cache import acquire_runtime
+from embodied_ros.pipeline.stages import Runtime
+from embodied_ros.pipeline.types import ActionChunkResult
+
+
+@dataclass
+class StepOutput:
+    step: int
+    stamp_ns: int
+    chunk: ActionChunkResult | None  # None when the action head did not run (or skipped) this step
+    commands: list[np.ndarray]  # the controller's commands of this step, in order
+    timings: dict[str, StageTiming]  # stage -> its timing for this step (sequence 0: skipped)
+    input_problem: str = ""  # why the observation was refused this step ("" when it was fine)
+
+
+@dataclass
+class _Inbox:
+    timings: dict[int, dict[str, StageTiming]] = field(default_factory=dict)
+    chunks: dict[int, ActionChunk] = field(default_factory=dict)
+    statuses: dict[int, DiagnosticStatus] = field(default_factory=dict)
+    commands: list[np.ndarray] = field(default_factory=list)
+    instruction_echo: str = ""
+
+
+class LockstepGraph:
+    def __init__(self, config: GraphConfig, *, runtime: Runtime | None = None, domain_id: int | None = None,
+                 namespace: str = "", timeout_s: float = 60.0, separate_graph=None):
+        """`separate_graph`: a graph.processes.SeparateGraph to drive instead of composing in-process."""
+        self.config = replace(config, schedule=replace(config.schedule, mode="lockstep"))
+        self.runtime = runtime
+        self.domain_id = domain_id
+        self.namespace = namespace
+        self.timeout_s = timeout_s
+        self.separate_graph = separate_graph
+        schedule = self.config.schedule
+        self.clock = StepClock(seconds_to_ns(schedule.lockstep_start_s), seconds_to_ns(schedule.step_period_s))
+        self.next_step = 0
+        self._commands_taken = 0
+        self._instruction: str | None = None
+
+    # lifetime -----------------------------------------------------------------------------------
+
+    def __enter__(self) -> "LockstepGraph":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        runtime = self.runtime or acquire_runtime(self.config.bundle, self.config.backend)
+        self.spec = runtime.spec
+        self.node_names = graph_nodes(self.spec.has_world_model)
+        self.cameras = self.config.inputs.cameras or self.spec.camera_names
+        self.state_joints = self.config.inputs.state_joints or self.spec.state_names
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=self.domain_id)
+        self.driver = Node("lockstep_driver", context=self.context, namespace=self.namespace)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.driver)
+        self.inbox = _Inbox()
+        self._make_topics()
+        if self.separate_graph is None:
+            self.graph = ComposedGraph(self.config, context=self.context, runtime=runtime, namespace=self.namespace)
+            self.graph.start()
+        else:
+            self.graph = self.separate_graph
+            self.graph.start()
+            self._wait_until_active()
+
+    def close(self) -> None:
+        graph = getattr(self, "graph", None)
+        if graph is not None:
+            graph.stop()
+            self.graph = None
+        if getattr(self, "driver", None) is not None:
+            self.executor.shutdown()
+            self.driver.destroy_node()
+            self.driver = None
+            rclpy.try_shutdown(context=self.context)
+
+    # stepping -----------------------------------------------------------------------------------
+
+    def step(self, images: Mapping[str, np.ndarray | Image], joint_state: JointState | Mapping[str, float] | np.ndarray,
+             instruction: str | None = None) -> StepOutput:
+        """Run one step on these inputs (RGB arrays or Image messages; the state as a JointState,
+        {joint: position} or an array in the model's state order)."""
+        if instruction is not None and instruction != self._instruction:
+            self._send_instruction(instruction)
+        step = self.next_step
+        stamp_ns = self.clock.stamp_of(step)
+        self.clock_publisher.publish(Clock(clock=ns_to_time(stamp_ns)))
+        for camera in self.cameras:
+            if camera not in images:
+                raise ValueError(f"step {step}: no image for camera {camera!r} (cameras: {list(self.cameras)})")
+            self.camera_publishers[camera].publish(_stamped_image(images[camera], stamp_ns))
+        self.joint_publisher.publish(self._joint_state(joint_state, stamp_ns))
+        output = self._collect(step, stamp_ns)
+        self.next_step += 1
+        return output
+
+    def run(self, observations: Sequence[tuple[Mapping, object]], instruction: str) -> list[StepOutput]:
+        return [self.step(images, state, instruction) for images, state in observations]
+
+    # internals ----------------------------------------------------------------------------------
+
+    def _make_topics(self) -> None:
+        node, qos = self.driver, lockstep_qos()
+        self.clock_publisher = node.create_publisher(Clock, CLOCK, qos)
+        self.camera_publishers = {c: node.create_publisher(Image, camera_topic(c), qos) for c in self.cameras}
+        self.joint_publisher = node.create_publisher(JointState, JOINT_STATES, qos)
+        self.instruction_publisher = node.create_publisher(String, INSTRUCTION, INSTRUCTION_QOS)
+        inbox = self.inbox
+        node.create_subscription(StageTiming, TIMING, self._on_timing, lockstep_qos(depth=100))
+        node.create_subscription(ActionChunk, ACTION_CHUNK, self._on_chunk, qos)
+        node.create_subscription(DiagnosticStatus, INPUT_STATUS, self._on_status, qos)
+        output = self.config.controller.output
+        message_type = JointTrajectory if output == "joint_trajectory" else Float64MultiArray
+        node.create_subscription(message_type, COMMAND_TOPICS[output],
+                                 lambda msg: inbox.commands.append(command_positions(msg)), qos)
+
+    def _on_timing(self, msg: StageTiming) -> None:
+        self.inbox.timings.setdefault(msg.step, {})[msg.stage] = msg
+
+    def _on_chunk(self, msg: ActionChunk) -> None:
+        step = self.clock.step_of(time_to_ns(msg.header.stamp))
+        if step is not None:
+            self.inbox.chunks[step] = msg
+
+    def _on_status(self, msg: DiagnosticStatus) -> None:
+        values = status_values(msg)
+        if "step" in values:
+            self.inbox.statuses[int(values["step"])] = msg
+        else:
+            self.inbox.instruction_echo = values.get("instruction", "")
+
+    def _expected_stages(self, step: int) -> list[str]:
+        return [name for name in self.node_names if runs_on(step, self.config.schedule.period_of(name))]
+
+    def _collect(self, step: int, stamp_ns: int) -> StepOutput:
+        expected = self._expected_stages(step)
+        inbox = self.inbox
+
+        def missing() -> list[str]:
+            timings = inbox.timings.get(step, {})
+            absent = [f"{name} timing" for name in expected if name not in timings]
+            if "action" in expected and step not in inbox.chunks:
+                absent.append("action chunk")
+            if "controller" in timings:
+                owed = timings["controller"].sequence - self._commands_taken
+                if len(inbox.commands) < owed:
+                    absent.append(f"commands ({len(inbox.commands)} of {owed})")
+            return absent
+
+        self._spin_until(lambda: not missing(), lambda: f"step {step}: still waiting for {missing()}")
+        timings = inbox.timings.pop(step)
+        owed = timings["controller"].sequence - self._commands_taken
+        commands, inbox.commands = inbox.commands[:owed], inbox.commands[owed:]
+        self._commands_taken += owed
+        chunk_msg = inbox.chunks.pop(step, None)
+        status = inbox.statuses.pop(step, None)
+        problem = status.message if status is not None and status.level != DiagnosticStatus.OK else ""
+        chunk = msg_to_chunk(chunk_msg) if chunk_msg is not None else None
+        return StepOutput(step, stamp_ns, chunk, commands, timings, problem)
+
+    def _send_instruction(self, text: str) -> None:
+        """Publish the instruction and wait until the observation node has it, so the step that
+        follows uses it whatever the message timing."""
+        self.instruction_publisher.publish(String(data=text))
+        self._spin_until(lambda: self.inbox.instruction_echo == text,
+                         lambda: f"the observation node did not acknowledge the instruction {text!r}")
+        self._instruction = text
+
+    def _joint_state(self, state, stamp_ns: int) -> JointState:
+        if isinstance(state, JointState):
+            msg = JointState(name=list(state.name), position=state.position, velocity=state.velocity,
+                             effort=state.effort)
+        elif isinstance(state, Mapping):
+            msg = JointState(name=list(state), position=[float(v) for v in state.values()])
+        else:
+            values = np.asarray(state, dtype=np.float64).reshape(-1)
+            if values.size != len(self.state_joints):
+                raise ValueError(f"state has {values.size} values for {len(self.state_joints)} joints "
+                                 f"{list(self.state_joints)}")
+            msg = JointState(name=list(self.state_joints), position=values.tolist())
+        msg.header.stamp = ns_to_time(stamp_ns)
+        return msg
+
+    def _spin_until(self, done, describe) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while not done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{describe()} after {self.timeout_s:.0f} s; is every node of the graph running?")
+            self.executor.spin_once(timeout_sec=0.01)
+
+    def _wait_until_active(self) -> None:
+        """Separate processes: wait until every node reports the lifecycle state `active`."""
+        for name in self.node_names:
+            service = f"{self.namespace.rstrip('/')}/{name}/get_state" if self.namespace else f"/{name}/get_state"
+            client = self.driver.create_client(GetState, service)
+            state = {"label": ""}
+
+            def ask() -> bool:
+                if state.get("future") is None or state["future"].done():
+                    if state.get("future") is not None and state["future"].result() is not None:
+                        state["label"] = state["future"].result().current_state.label
+                    if state["label"] != "active" and client.service_is_ready():
+                        state["future"] = client.call_async(GetState.Request())
+                return state["label"] == "active"
+
+            self._spin_until(ask, lambda: f"node {name} is not active (state {state['label'] or 'unknown'})")
+            self.driver.destroy_client(client)
+
+
+def _stamped_image(image: np.ndarray | Image, stamp_ns: int) -> Image:
+    if isinstance(image, Image):
+        msg = Image(height=image.height, width=image.width, encoding=image.encoding,
+                    is_bigendian=image.is_bigendian, step=image.step, data=image.data)
+        msg.header.frame_id = image.header.frame_id
+    else:
+        msg = array_to_image(np.asarray(image), "rgb8")
+    msg.header.stamp = ns_to_time(stamp_ns)
+    return msg

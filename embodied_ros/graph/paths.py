@@ -1,0 +1,36 @@
+"""Files the graph ships beside the Python package: configs and the Fast DDS profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE = "embodied_ros"
+
+
+def package_root() -> Path:
+    """The source checkout's root, else the installed share directory."""
+    source = Path(__file__).resolve().parents[2]
+    if (source / "config").is_dir():
+        return source
+    from ament_index_python.packages import get_package_share_directory
+
+    return Path(get_package_share_directory(PACKAGE))
+
+
+def default_config() -> Path:
+    return package_root() / "config" / "pi05.yaml"
+
+
+def fastdds_profile() -> Path:
+    return package_root() / "config" / "fastdds_shm_loopback.xml"
+
+
+def dds_environment() -> dict[str, str]:
+    """Environment for multi-process graphs: Fast DDS shared memory (64 MB segments) + UDP on loopback
+    only, and a malloc that does not return large message buffers to the OS after every message."""
+    return {
+        "FASTDDS_DEFAULT_PROFILES_FILE": str(fastdds_profile()),
+        "ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT",
+        "MALLOC_MMAP_THRESHOLD_": "67108864",
+        "MALLOC_TRIM_THRESHOLD_": "268435456",
+    }

@@ -1,0 +1,69 @@
+"""Topic names (relative, so a namespace applies; remap any of them) and the QoS of each link."""
+
+from __future__ import annotations
+
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+JOINT_STATES = "joint_states"
+INSTRUCTION = "instruction"
+OBSERVATION = "embodied/observation"
+INPUT_STATUS = "embodied/input_status"
+ACTION_CHUNK = "embodied/action_chunk"
+TIMING = "embodied/timing"
+DIAGNOSTICS = "/diagnostics"
+CLOCK = "/clock"
+COMMAND_TOPICS = {
+    "joint_trajectory": "joint_trajectory_controller/joint_trajectory",
+    "float64_multi_array": "forward_position_controller/commands",
+}
+
+
+def camera_topic(camera: str) -> str:
+    return f"camera/{camera}/image_raw"
+
+
+def stage_topic(stage: str) -> str:
+    return f"embodied/{stage}"
+
+
+def _profile(depth: int, reliable: bool = True, latched: bool = False) -> QoSProfile:
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST, depth=depth,
+        reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
+    )
+
+
+def sensor_qos(reliability: str, lockstep: bool) -> QoSProfile:
+    """Cameras and joint states: newest only. Lock-step keeps every step's input (see lockstep_qos)."""
+    if lockstep:
+        return lockstep_qos()
+    return _profile(depth=1, reliable=reliability == "reliable")
+
+
+def stage_qos(lockstep: bool) -> QoSProfile:
+    """Between stages: keep-latest (depth 1) when free-running."""
+    return lockstep_qos() if lockstep else _profile(depth=1)
+
+
+def lockstep_qos(depth: int = 20) -> QoSProfile:
+    """Lock-step links: reliable and transient-local, so nothing published before discovery completes
+    (separate processes) is lost; a lock-step graph waits for every output and must never miss one."""
+    return _profile(depth=depth, latched=True)
+
+
+def command_qos(lockstep: bool) -> QoSProfile:
+    return lockstep_qos() if lockstep else _profile(depth=10)
+
+
+def status_qos(lockstep: bool) -> QoSProfile:
+    return lockstep_qos() if lockstep else _profile(depth=10)
+
+
+def timing_qos(lockstep: bool) -> QoSProfile:
+    return lockstep_qos(depth=100) if lockstep else _profile(depth=100)
+
+
+INSTRUCTION_QOS = _profile(depth=1, latched=True)  # late joiners still get the current task
+DIAGNOSTICS_QOS = _profile(depth=10)
+CLOCK_QOS = lockstep_qos(depth=100)

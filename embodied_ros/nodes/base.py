@@ -1,0 +1,174 @@
+"""What every node of the graph shares: lifecycle, config from parameters, timing and diagnostics.
+
+Lifecycle: configure reads the parameters, loads what the node needs (the bundle, kernels) and
+creates its publishers and subscriptions; activate starts its timers; deactivate stops them;
+cleanup releases everything. A failing configure logs why and leaves the node unconfigured.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock as RosClock
+from rclpy.clock_type import ClockType
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.parameter import Parameter
+from rosgraph_msgs.msg import Clock
+
+from embodied_ros.graph.config import GraphConfig
+from embodied_ros.graph.schedule import StepClock
+from embodied_ros.graph.stats import StageStats
+from embodied_ros.graph.topics import CLOCK, CLOCK_QOS, DIAGNOSTICS, DIAGNOSTICS_QOS, TIMING, timing_qos
+from embodied_ros.graph.transport import PROCESS_STORE, ResultStore, timing_msg
+from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
+from embodied_ros.msg import StageTiming
+from embodied_ros.nodes.params import declare_config, read_config
+from embodied_ros.pipeline.stages import Runtime
+
+HARDWARE_ID = "embodied_ros"
+
+
+class GraphNode(LifecycleNode):
+    stage = ""  # name in timings and diagnostics; subclasses set it
+    config: GraphConfig
+    stats: StageStats
+    step_clock: StepClock
+    lockstep: bool
+
+    def __init__(self, node_name: str | None = None, *, runtime: Runtime | None = None,
+                 store: ResultStore | None = None, parameters: dict[str, Any] | None = None, **node_kwargs):
+        overrides = [Parameter(name, value=value) for name, value in (parameters or {}).items()]
+        super().__init__(node_name or self.stage, parameter_overrides=overrides, **node_kwargs)
+        declare_config(self)
+        self.injected_runtime = runtime  # tests and in-process graphs may hand over a runtime
+        self.store = store or PROCESS_STORE
+        self.active = False
+        self.work_group = MutuallyExclusiveCallbackGroup()  # data callbacks: one at a time
+        self._diagnostics_group = MutuallyExclusiveCallbackGroup()  # reports even while a stage computes
+        self._entities: list[tuple[Callable[[Any], Any], Any]] = []
+
+    # lifecycle ----------------------------------------------------------------------------------
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            self.config = read_config(self)
+            schedule = self.config.schedule
+            self.lockstep = schedule.mode == "lockstep"
+            self.step_clock = StepClock(seconds_to_ns(schedule.lockstep_start_s), seconds_to_ns(schedule.step_period_s))
+            self.stats = StageStats(self.config.diagnostics.window_s)
+            self.timing_publisher = self.lifecycle_publisher(StageTiming, TIMING, timing_qos(self.lockstep))
+            self.diagnostics_publisher = self.create_publisher(DiagnosticArray, DIAGNOSTICS, DIAGNOSTICS_QOS)
+            self._entities.append((self.destroy_publisher, self.diagnostics_publisher))
+            self.steady_timer(self.config.diagnostics.period_s, self.publish_diagnostics, self._diagnostics_group)
+            if self.lockstep:
+                self.subscribe(Clock, CLOCK, self._on_clock, CLOCK_QOS)
+            self.setup()
+        except Exception as error:  # any failure to configure is reported, never raised into the executor
+            self.get_logger().error(f"configure failed: {error}")
+            self._destroy_entities()
+            return TransitionCallbackReturn.FAILURE
+        return super().on_configure(state)
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = True
+        self.start()
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = False
+        self.stop()
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        result = super().on_cleanup(state)
+        self._destroy_entities()
+        return result
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = False
+        result = super().on_shutdown(state)
+        self._destroy_entities()
+        return result
+
+    # for subclasses -----------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Load resources, create publishers and subscriptions (configure)."""
+
+    def start(self) -> None:
+        """Start timers (activate)."""
+
+    def stop(self) -> None:
+        """Stop timers (deactivate)."""
+
+    def on_step(self, step: int) -> None:
+        """Lock-step: step `step` began."""
+
+    def extra_diagnostics(self) -> dict[str, str]:
+        return {}
+
+    def now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
+
+    def lifecycle_publisher(self, msg_type, topic: str, qos):
+        publisher = self.create_lifecycle_publisher(msg_type, topic, qos)
+        self._entities.append((self.destroy_lifecycle_publisher, publisher))
+        return publisher
+
+    def subscribe(self, msg_type, topic: str, callback, qos):
+        subscription = self.create_subscription(msg_type, topic, callback, qos, callback_group=self.work_group)
+        self._entities.append((self.destroy_subscription, subscription))
+        return subscription
+
+    def steady_timer(self, period_s: float, callback, group=None):
+        """A timer on the monotonic clock (never paused by simulated time)."""
+        timer = self.create_timer(period_s, callback, callback_group=group or self.work_group,
+                                  clock=RosClock(clock_type=ClockType.STEADY_TIME))
+        self._entities.append((self.destroy_timer, timer))
+        return timer
+
+    def ros_timer(self, period_s: float, callback):
+        """A timer on the node's ROS clock (simulated time when use_sim_time is set)."""
+        timer = self.create_timer(period_s, callback, callback_group=self.work_group)
+        self._entities.append((self.destroy_timer, timer))
+        return timer
+
+    def drop(self, entity) -> None:
+        """Destroy one entity made by the helpers above (e.g. a timer on deactivate)."""
+        for i, (destroy, owned) in enumerate(self._entities):
+            if owned is entity:
+                del self._entities[i]
+                destroy(owned)
+                return
+
+    def publish_timing(self, step: int, sequence: int, observation_stamp_ns: int, compute_ms: float,
+                       staleness_ms: float, now_ns: int) -> None:
+        self.timing_publisher.publish(timing_msg(self.stage, sequence, step, observation_stamp_ns, compute_ms,
+                                                 staleness_ms, now_ns))
+
+    def diagnostic_status(self) -> DiagnosticStatus:
+        name = f"{self.get_fully_qualified_name()}: {self.stage}"
+        status = self.stats.status(name, HARDWARE_ID, time.monotonic_ns(), self.extra_diagnostics())
+        if not self.active:
+            status.level, status.message = DiagnosticStatus.WARN, "inactive"
+        return status
+
+    def publish_diagnostics(self) -> None:
+        array = DiagnosticArray(status=[self.diagnostic_status()])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diagnostics_publisher.publish(array)
+
+    # internals ----------------------------------------------------------------------------------
+
+    def _on_clock(self, msg: Clock) -> None:
+        step = self.step_clock.step_of(time_to_ns(msg.clock))
+        if step is not None and self.active:
+            self.on_step(step)
+
+    def _destroy_entities(self) -> None:
+        while self._entities:
+            destroy, entity = self._entities.pop()
+            destroy(entity)

@@ -1,0 +1,226 @@
+"""Controller node (layer 5 as a node): streams the newest action chunk to the arm at the actuator rate.
+
+Commands go to a JointTrajectoryController (one-point JointTrajectory reached one period later)
+or a forward command controller (Float64MultiArray). It holds, and says why on /diagnostics at
+once, when the inputs are bad or stale, the chunk runs out or carries non-finite values.
+Lock-step, step k's commands are the ticks in [t_k, t_k+1), computed when step k's chunk and
+input status are in; its StageTiming `sequence` counts the commands sent so far.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticStatus
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
+
+from embodied_ros.deploy import ActionMapping, Command, CommandLogic, JointLimits, TimedChunk
+from embodied_ros.deploy.messages import float64_multi_array, joint_trajectory
+from embodied_ros.graph.schedule import LockstepGate
+from embodied_ros.graph.stats import PeriodStats, diagnostic_status, status_values
+from embodied_ros.graph.topics import (
+    ACTION_CHUNK, COMMAND_TOPICS, INPUT_STATUS, JOINT_STATES, command_qos, sensor_qos, stage_qos, status_qos,
+)
+from embodied_ros.graph.transport import msg_to_chunk
+from embodied_ros.inputs import InputError, JointStateSelector
+from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
+from embodied_ros.msg import ActionChunk
+from embodied_ros.nodes.base import HARDWARE_ID, GraphNode
+from embodied_ros.pipeline.types import ActionChunkResult
+
+DEACTIVATED = "controller deactivated"
+
+
+class ControllerNode(GraphNode):
+    stage = "controller"
+
+    def setup(self) -> None:
+        settings = self.config.controller
+        self.mapping = ActionMapping(settings.joints, settings.action_columns)
+        self.period_ns = seconds_to_ns(1.0 / settings.rate_hz)
+        self.lead_ns = self.period_ns if settings.output == "joint_trajectory" else 0
+        self.ticks_per_step = max(1, round(self.config.schedule.step_period_s * settings.rate_hz))
+        self.period_stats = PeriodStats(1.0 / settings.rate_hz)
+        self.logic: CommandLogic | None = None
+        self.selector: JointStateSelector | None = None
+        self.joint_names: tuple[str, ...] = ()
+        self._status: tuple[bool, str, int] | None = None
+        self._last_chunk: ActionChunkResult | None = None
+        self.hold_reason: str | None = None
+        self.commands_sent = self.holds = self.limited = 0
+        self._timer = None
+        if settings.joints:
+            self._build_logic(settings.joints)
+        self.gate = LockstepGate(1, {"action": self.config.schedule.period_of("action"), "status": 1})
+        self.subscribe(ActionChunk, ACTION_CHUNK, self._on_chunk, stage_qos(self.lockstep))
+        self.subscribe(JointState, JOINT_STATES, self._on_joint_state,
+                       sensor_qos(self.config.inputs.reliability, self.lockstep))
+        self.subscribe(DiagnosticStatus, INPUT_STATUS, self._on_status, status_qos(self.lockstep))
+        message_type = JointTrajectory if settings.output == "joint_trajectory" else Float64MultiArray
+        self.command_publisher = self.lifecycle_publisher(message_type, COMMAND_TOPICS[settings.output],
+                                                          command_qos(self.lockstep))
+
+    def start(self) -> None:
+        if not self.lockstep:
+            self._timer = self.ros_timer(1.0 / self.config.controller.rate_hz, self._on_tick)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self.drop(self._timer)
+            self._timer = None
+        if self.logic is not None:  # leave the arm holding where it is
+            self._publish(self.logic.hold(self.now_ns(), DEACTIVATED), self.now_ns())
+
+    # inputs -------------------------------------------------------------------------------------
+
+    def _on_chunk(self, msg: ActionChunk) -> None:
+        if not self.active:
+            return
+        try:
+            chunk = msg_to_chunk(msg)
+        except ValueError as error:
+            self.stats.record_error(f"action chunk: {error}")
+            chunk = None
+        if self.lockstep:
+            step = self.step_clock.step_of(time_to_ns(msg.header.stamp))
+            if step is not None:
+                self.gate.on_upstream("action", step, chunk)
+                self._drain()
+        elif chunk is not None:
+            self._accept(chunk, self.now_ns())
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        if self.selector is None:
+            return
+        try:
+            self.logic.observe_positions(self.selector.select(msg, JOINT_STATES))
+        except InputError:
+            pass  # the observation node reports bad joint states; holding uses the last good one
+
+    def _on_status(self, msg: DiagnosticStatus) -> None:
+        values = status_values(msg)
+        if not self.active or "step" not in values:
+            return  # only the once-per-step input status counts
+        ok, reason = msg.level == DiagnosticStatus.OK, msg.message
+        if self.lockstep:
+            self.gate.on_upstream("status", int(values["step"]), (ok, reason))
+            self._drain()
+        else:
+            self._set_status(ok, reason, self.now_ns())
+
+    # commanding ---------------------------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        self.period_stats.tick(time.monotonic_ns())
+        now_ns = self.now_ns()
+        self._command(now_ns)
+
+    def on_step(self, step: int) -> None:
+        self.gate.on_step(step)
+        self._drain()
+
+    def _drain(self) -> None:
+        while (ready := self.gate.next_ready()) is not None:
+            step, inputs = ready
+            step_ns = self.step_clock.stamp_of(step)
+            started = time.perf_counter()
+            if inputs["status"] is not None:
+                self._set_status(*inputs["status"], step_ns)
+            chunk = inputs["action"]
+            if chunk is not None and chunk is not self._last_chunk:
+                self._accept(chunk, step_ns)
+            for tick in range(self.ticks_per_step):
+                self._command(step_ns + tick * self.period_ns)
+            compute_ms = (time.perf_counter() - started) * 1e3
+            stamp_ns = chunk.stamp_ns if chunk is not None else 0
+            staleness_ms = (step_ns - stamp_ns) / 1e6 if chunk is not None else float("nan")
+            self.publish_timing(step, self.commands_sent, stamp_ns, compute_ms, staleness_ms, step_ns)
+
+    def _command(self, tick_ns: int) -> None:
+        if self.logic is None:
+            self._note_hold("waiting for the first action chunk")
+            return
+        command = self.logic.tick(tick_ns + self.lead_ns)
+        if command is None:
+            self._note_hold(self.logic.hold_reason(tick_ns + self.lead_ns) + " (no position known to hold)")
+            return
+        self._publish(command, tick_ns)
+        self.limited += int(command.limited)
+        self._note_hold(command.reason if command.holding else "")
+
+    def _publish(self, command: Command | None, tick_ns: int) -> None:
+        if command is None:
+            return
+        if self.config.controller.output == "joint_trajectory":
+            message = joint_trajectory(self.joint_names, command.positions, tick_ns, self.lead_ns)
+        else:
+            message = float64_multi_array(command.positions)
+        self.command_publisher.publish(message)
+        self.commands_sent += 1
+
+    def _accept(self, chunk: ActionChunkResult, now_ns: int) -> None:
+        self._last_chunk = chunk
+        names = chunk.joint_names or tuple(f"action_{i}" for i in range(chunk.actions.shape[1]))
+        try:
+            if self.logic is None:
+                self._build_logic(self.mapping.joint_names(names))
+            columns = self.mapping.column_index(names)
+            timed = TimedChunk(chunk.stamp_ns, seconds_to_ns(chunk.action_period_s),
+                               np.asarray(chunk.actions, dtype=np.float64)[:, columns])
+        except ValueError as error:
+            self.stats.record_error(f"action chunk: {error}")
+            return
+        self.logic.accept_chunk(timed, now_ns)
+
+    def _build_logic(self, joint_names: tuple[str, ...]) -> None:
+        settings = self.config.controller
+        limits = JointLimits.from_lists(len(joint_names), settings.position_lower, settings.position_upper,
+                                        settings.max_velocity, joint_names)
+        self.logic = CommandLogic(limits, self.period_ns, seconds_to_ns(settings.blend_s),
+                                  seconds_to_ns(settings.input_timeout_s))
+        self.selector = JointStateSelector(joint_names)
+        self.joint_names = tuple(joint_names)
+        if self._status is not None:
+            self.logic.set_input_status(*self._status)
+
+    def _set_status(self, ok: bool, reason: str, now_ns: int) -> None:
+        self._status = (ok, reason, now_ns)
+        if self.logic is not None:
+            self.logic.set_input_status(ok, reason, now_ns)
+
+    def _note_hold(self, reason: str) -> None:
+        if reason == self.hold_reason:
+            return
+        if reason:
+            self.holds += 1
+            self.get_logger().warning(f"holding: {reason}")
+        elif self.hold_reason is not None:
+            self.get_logger().info("streaming the action chunk")
+        self.hold_reason = reason
+        self.publish_diagnostics()  # a change of state is reported at once, not at the next period
+
+    # diagnostics --------------------------------------------------------------------------------
+
+    def diagnostic_status(self) -> DiagnosticStatus:
+        name = f"{self.get_fully_qualified_name()}: {self.stage}"
+        values = {key: f"{value:.3f}" for key, value in self.period_stats.summary().items()}
+        values.update(commands=str(self.commands_sent), holds=str(self.holds), limited=str(self.limited),
+                      hold_reason=self.hold_reason or "", joints=",".join(self.joint_names))
+        if self._last_chunk is not None:
+            values["chunk_age_ms"] = f"{(self.now_ns() - self._last_chunk.stamp_ns) / 1e6:.1f}"
+        if not self.active:
+            return diagnostic_status(name, HARDWARE_ID, DiagnosticStatus.WARN, "inactive", values)
+        if self.hold_reason:
+            return diagnostic_status(name, HARDWARE_ID, DiagnosticStatus.WARN, f"holding: {self.hold_reason}",
+                                     values)
+        level = self.stats.level if self.stats.problem else DiagnosticStatus.OK
+        return diagnostic_status(name, HARDWARE_ID, level, self.stats.problem or "streaming", values)
+
+
+def main(args=None) -> None:
+    from embodied_ros.nodes.run import run_node
+
+    run_node(ControllerNode, args)

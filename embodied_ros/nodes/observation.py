@@ -1,0 +1,183 @@
+"""Observation node (layer 1 as a node): cameras, joint states and instruction -> one Observation.
+
+Every step it checks each input (decodable, finite, fresh), publishes the Observation for the
+stages and an input status (diagnostic_msgs/DiagnosticStatus on embodied/input_status) that the
+controller holds on. Lock-step, step k's observation is made from the inputs stamped at step k.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+from diagnostic_msgs.msg import DiagnosticStatus
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+
+from embodied_ros.graph.stats import diagnostic_status
+from embodied_ros.graph.topics import (
+    INPUT_STATUS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, camera_topic, sensor_qos, stage_qos, status_qos,
+    stage_topic,
+)
+from embodied_ros.graph.transport import encode_output
+from embodied_ros.inputs import ImageConversion, InputBuffer, InputError, JointStateSelector, image_to_rgb8
+from embodied_ros.inputs.instruction import instruction_from_msg
+from embodied_ros.inputs.latest import InputSample
+from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
+from embodied_ros.msg import StageOutput
+from embodied_ros.nodes.base import HARDWARE_ID, GraphNode
+from embodied_ros.nodes.runtime_cache import acquire_runtime
+from embodied_ros.pipeline.types import Observation
+
+
+class ObservationNode(GraphNode):
+    stage = "observation"
+
+    def setup(self) -> None:
+        spec = (self.injected_runtime or acquire_runtime(self.config.bundle, self.config.backend)).spec
+        inputs = self.config.inputs
+        self.cameras = inputs.cameras or spec.camera_names
+        unknown = [c for c in self.cameras if c not in spec.camera_names]
+        if unknown:
+            raise ValueError(f"inputs.cameras {unknown} are not cameras of the model {list(spec.camera_names)}")
+        state_joints = inputs.state_joints or spec.state_names
+        if len(state_joints) != len(spec.state_names):
+            raise ValueError(f"inputs.state_joints has {len(state_joints)} names, the model's state has "
+                             f"{len(spec.state_names)} {list(spec.state_names)}")
+        self.selector = JointStateSelector(state_joints)
+        self.conversion = ImageConversion(inputs.mono_max or None)
+        self.max_age_ns = seconds_to_ns(inputs.max_age_s)
+        self.buffer = InputBuffer([*self.cameras, JOINT_STATES])
+        self.instruction = ""
+        self.instruction_error: InputError | None = InputError("instruction: no message received yet")
+        self.sequence = 0
+        self.pending_steps: list[int] = []
+        self._timer = None
+        qos = sensor_qos(inputs.reliability, self.lockstep)
+        for camera in self.cameras:
+            self.subscribe(Image, camera_topic(camera), partial(self._on_image, camera), qos)
+        self.subscribe(JointState, JOINT_STATES, self._on_joint_state, qos)
+        self.subscribe(String, INSTRUCTION, self._on_instruction, INSTRUCTION_QOS)
+        self.output_publisher = self.lifecycle_publisher(StageOutput, stage_topic(self.stage), stage_qos(self.lockstep))
+        self.status_publisher = self.lifecycle_publisher(DiagnosticStatus, INPUT_STATUS, status_qos(self.lockstep))
+
+    def start(self) -> None:
+        if not self.lockstep:
+            self._timer = self.ros_timer(self.config.schedule.step_period_s, self._on_timer)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self.drop(self._timer)
+            self._timer = None
+
+    # inputs -------------------------------------------------------------------------------------
+
+    def _on_image(self, camera: str, msg: Image) -> None:
+        stamp_ns = time_to_ns(msg.header.stamp)
+        try:
+            sample = InputSample(stamp_ns, value=image_to_rgb8(msg, f"camera {camera}", self.conversion))
+        except InputError as error:
+            sample = InputSample(stamp_ns, error=error)
+        self.buffer.put(camera, sample)
+        self._drain()
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        stamp_ns = time_to_ns(msg.header.stamp)
+        try:
+            sample = InputSample(stamp_ns, value=self.selector.select(msg, JOINT_STATES))
+        except InputError as error:
+            sample = InputSample(stamp_ns, error=error)
+        self.buffer.put(JOINT_STATES, sample)
+        self._drain()
+
+    def _on_instruction(self, msg: String) -> None:
+        try:
+            self.instruction, self.instruction_error = instruction_from_msg(msg, INSTRUCTION), None
+        except InputError as error:
+            self.instruction_error = error
+        if self.active:
+            self._publish_status(str(self.instruction_error or ""), step=None, stamp_ns=self.now_ns())
+
+    # free-running -------------------------------------------------------------------------------
+
+    def _on_timer(self) -> None:
+        now_ns = self.now_ns()
+        try:
+            samples = self.buffer.newest_usable(self.buffer.names, now_ns, self.max_age_ns)
+            observation = self._observation(samples, max(s.stamp_ns for s in samples.values()))
+        except InputError as error:
+            self._refuse(str(error), step=0, now_ns=now_ns)
+            return
+        self._publish(observation, step=0, now_ns=now_ns)
+
+    # lock-step ----------------------------------------------------------------------------------
+
+    def on_step(self, step: int) -> None:
+        self.pending_steps.append(step)
+        self._drain()
+
+    def _drain(self) -> None:
+        while self.active and self.lockstep and self.pending_steps:
+            step = self.pending_steps[0]
+            stamp_ns = self.step_clock.stamp_of(step)
+            try:
+                samples = self.buffer.stamped_at(self.buffer.names, stamp_ns)
+                if samples is None:
+                    return  # this step's inputs are still on their way
+                observation = self._observation(samples, stamp_ns)
+            except InputError as error:
+                self.pending_steps.pop(0)
+                self._refuse(str(error), step, stamp_ns)
+                continue
+            self.pending_steps.pop(0)
+            self._publish(observation, step, stamp_ns)
+
+    # output -------------------------------------------------------------------------------------
+
+    def _observation(self, samples: dict[str, InputSample], stamp_ns: int) -> Observation:
+        if self.instruction_error is not None:
+            raise self.instruction_error
+        return Observation(stamp_ns=stamp_ns, images={c: samples[c].value for c in self.cameras},
+                           state=samples[JOINT_STATES].value, instruction=self.instruction)
+
+    def _publish(self, observation: Observation, step: int, now_ns: int) -> None:
+        started = time.perf_counter()
+        self.sequence += 1
+        store = self.store if self.config.by_reference else None
+        self.output_publisher.publish(encode_output(self.stage, self.sequence, step, observation, now_ns, store))
+        compute_ms = (time.perf_counter() - started) * 1e3
+        staleness_ms = (now_ns - observation.stamp_ns) / 1e6
+        self._publish_status("", step, now_ns)
+        self.publish_timing(step, self.sequence, observation.stamp_ns, compute_ms, staleness_ms, now_ns)
+        self.stats.record_run(time.monotonic_ns(), compute_ms, staleness_ms)
+
+    def _refuse(self, reason: str, step: int, now_ns: int) -> None:
+        self.stats.record_skip(reason)
+        self.stats.level = DiagnosticStatus.ERROR
+        self.get_logger().warning(f"holding: {reason}", throttle_duration_sec=2.0)
+        self._publish_status(reason, step, now_ns)
+        if self.lockstep:
+            self.output_publisher.publish(encode_output(self.stage, 0, step, None, now_ns, None))
+            self.publish_timing(step, 0, 0, 0.0, float("nan"), now_ns)
+
+    def _publish_status(self, problem: str, step: int | None, stamp_ns: int) -> None:
+        """OK or ERROR with the reason; `step` only on the once-per-step status the controller counts on."""
+        values = {"stamp_ns": str(stamp_ns), "instruction": self.instruction}
+        if step is not None:
+            values["step"] = str(step)
+        level = DiagnosticStatus.ERROR if problem else DiagnosticStatus.OK
+        self.status_publisher.publish(diagnostic_status("inputs", HARDWARE_ID, level, problem or "ok", values))
+
+    def extra_diagnostics(self) -> dict[str, str]:
+        now_ns = self.now_ns()
+        ages = {}
+        for name in self.buffer.names:
+            sample = self.buffer.latest(name)
+            ages[f"age_ms/{name}"] = "never" if sample is None else f"{(now_ns - sample.stamp_ns) / 1e6:.1f}"
+        return ages
+
+
+def main(args=None) -> None:
+    from embodied_ros.nodes.run import run_node
+
+    run_node(ObservationNode, args)

@@ -1,0 +1,21 @@
+"""Perception encoder node: the vision tower over the newest observation's images."""
+
+from __future__ import annotations
+
+from embodied_ros.nodes.stage import StageNode
+
+
+class PerceptionNode(StageNode):
+    stage = "perception"
+
+    def upstream_stages(self) -> tuple[str, ...]:
+        return ("observation",)
+
+    def compute(self, step, inputs):
+        return self.runtime.encode(inputs["observation"])
+
+
+def main(args=None) -> None:
+    from embodied_ros.nodes.run import run_node
+
+    run_node(PerceptionNode, args)

@@ -1,0 +1,138 @@
+"""A pipeline stage as a node: reads upstream outputs, runs its runtime call on schedule, publishes.
+
+Free-running, a timer fires every `period` steps and the stage runs on the newest upstream
+outputs (skipping when nothing changed, or when the observation behind them is too old).
+Lock-step, it runs each of its steps once every upstream output scheduled for that step is in.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+from rclpy.timer import Timer
+
+from embodied_ros.graph.schedule import LockstepGate
+from embodied_ros.graph.topics import stage_qos, stage_topic
+from embodied_ros.graph.transport import decode_output, encode_output
+from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
+from embodied_ros.msg import StageOutput
+from embodied_ros.nodes.base import GraphNode
+from embodied_ros.nodes.runtime_cache import acquire_runtime
+
+
+class StageNode(GraphNode):
+    runs_on_unchanged_input = False  # the action head re-solves every step with fresh noise
+
+    def upstream_stages(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def compute(self, step: int, inputs: dict[str, Any]) -> Any:
+        """The runtime call; returns a StageResult (or ActionChunkResult for the action head)."""
+        raise NotImplementedError
+
+    def publish_result(self, step: int, sequence: int, result: Any, now_ns: int) -> None:
+        """Publish `result` (None: the skip marker of a lock-step step)."""
+        store = self.store if self.config.by_reference else None
+        self.output_publisher.publish(encode_output(self.stage, sequence, step, result, now_ns, store))
+
+    def make_output_publisher(self):
+        return self.lifecycle_publisher(StageOutput, stage_topic(self.stage), stage_qos(self.lockstep))
+
+    # ---------------------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.runtime = self.injected_runtime or acquire_runtime(self.config.bundle, self.config.backend)
+        self.spec = self.runtime.spec
+        schedule = self.config.schedule
+        self.period = schedule.period_of(self.stage)
+        self.upstreams = self.upstream_stages()
+        self.gate = LockstepGate(self.period, {name: schedule.period_of(name) for name in self.upstreams})
+        self.latest: dict[str, tuple[int, Any]] = {}  # name -> (version, output), free-running
+        self.used_versions: dict[str, int] = {}
+        self.sequence = 0
+        self.max_age_ns = seconds_to_ns(self.config.stages.max_input_age_s)
+        self._timer: Timer | None = None
+        for name in self.upstreams:
+            self.subscribe(StageOutput, stage_topic(name), partial(self._on_upstream, name), stage_qos(self.lockstep))
+        self.output_publisher = self.make_output_publisher()
+
+    def start(self) -> None:
+        if not self.lockstep:
+            self._timer = self.ros_timer(self.period * self.config.schedule.step_period_s, self._on_timer)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self.drop(self._timer)
+            self._timer = None
+
+    def on_step(self, step: int) -> None:
+        self.gate.on_step(step)
+        self._drain()
+
+    def _on_upstream(self, name: str, msg: StageOutput) -> None:
+        if not self.active:
+            return
+        try:
+            output = decode_output(msg, self.store)
+        except (LookupError, ValueError) as error:
+            self.stats.record_error(f"{name}: {error}")
+            output = None
+        if self.lockstep:
+            self.gate.on_upstream(name, msg.step, output)
+            self._drain()
+        elif output is not None:
+            self.latest[name] = (time_to_ns(msg.header.stamp), output)
+
+    def _drain(self) -> None:
+        while (ready := self.gate.next_ready()) is not None:
+            step, inputs = ready
+            self._run(step, inputs, self.step_clock.stamp_of(step))
+
+    def _on_timer(self) -> None:
+        versions = {name: version for name, (version, _) in self.latest.items()}
+        if not self.runs_on_unchanged_input and versions == self.used_versions:
+            return  # nothing new upstream since the last run
+        inputs = {name: output for name, (_, output) in self.latest.items()}
+        if self._run(0, inputs, self.now_ns()):
+            self.used_versions = versions
+
+    def _run(self, step: int, inputs: dict[str, Any], now_ns: int) -> bool:
+        problem = self._input_problem(inputs, now_ns)
+        if problem:
+            return self._skip(step, now_ns, problem, error=False)
+        started = time.perf_counter()
+        try:
+            result = self.compute(step, inputs)
+        except Exception as error:  # a failing model call is reported; the node keeps serving
+            return self._skip(step, now_ns, f"{type(error).__name__}: {error}", error=True)
+        compute_ms = (time.perf_counter() - started) * 1e3
+        published_ns = now_ns if self.lockstep else self.now_ns()
+        self.sequence += 1
+        self.publish_result(step, self.sequence, result, published_ns)
+        staleness_ms = (published_ns - result.stamp_ns) / 1e6
+        self.publish_timing(step, self.sequence, result.stamp_ns, compute_ms, staleness_ms, published_ns)
+        self.stats.record_run(time.monotonic_ns(), compute_ms, staleness_ms)
+        return True
+
+    def _skip(self, step: int, now_ns: int, reason: str, error: bool) -> bool:
+        if error:
+            self.stats.record_error(reason)
+            self.get_logger().error(reason, throttle_duration_sec=5.0)
+        else:
+            self.stats.record_skip(reason)
+        if self.lockstep:  # consumers of this step must not wait for an output that will not come
+            self.publish_result(step, 0, None, now_ns)
+            self.publish_timing(step, 0, 0, 0.0, float("nan"), now_ns)
+        return False
+
+    def _input_problem(self, inputs: dict[str, Any], now_ns: int) -> str:
+        for name in self.upstreams:
+            output = inputs.get(name)
+            if output is None:
+                return f"no {name} output yet"
+            age_ns = now_ns - output.stamp_ns
+            if not self.lockstep and age_ns > self.max_age_ns:
+                return f"{name} output is {age_ns / 1e6:.0f} ms old (limit {self.max_age_ns / 1e6:.0f} ms)"
+        return ""
