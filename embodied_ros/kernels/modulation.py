@@ -1,5 +1,7 @@
 """Adaptive (timestep-modulated) LayerNorm and gated residuals, as used by Wan/DiT blocks.
 
+Each numba kernel is compiled twice, parallel over tokens and serial, and picks one by size.
+
 Axes: S tokens, D width. `shift`, `scale` and `gate` are either per token [S, D] or shared by all
 tokens [1, D]; both forms occur (Wan2.2 TI2V-5B modulates per token, Wan2.1 once per sequence).
 """
@@ -12,6 +14,11 @@ import numpy as np
 from embodied_ros.kernels._jit import jit
 from embodied_ros.kernels.registry import kernel, reference
 
+_FAST = {"reassoc", "contract"}
+# Below this many elements a kernel runs on the calling thread: waking the thread pool costs more
+# than the work (tens of microseconds idle, milliseconds when the cores are shared).
+PARALLEL_MIN_ELEMENTS = 1 << 16
+
 
 def _check_rows(op: str, x: np.ndarray, **per_row: np.ndarray) -> None:
     """Every named array must be [S, D] (per token) or [1, D] (shared) for x of shape [S, D]."""
@@ -23,7 +30,8 @@ def _check_rows(op: str, x: np.ndarray, **per_row: np.ndarray) -> None:
 
 def _modulation_examples(rng: np.random.Generator) -> list[tuple]:
     cases = []
-    for tokens, width, per_token in ((1, 8, False), (7, 33, True), (13, 64, False), (32, 96, True)):
+    for tokens, width, per_token in ((1, 8, False), (7, 33, True), (13, 64, False), (32, 96, True),
+                                     (520, 130, True), (600, 128, False)):  # the last two run in parallel
         x = rng.standard_normal((tokens, width), dtype=np.float32) * 3 + 1
         rows = tokens if per_token else 1
         shift = rng.standard_normal((rows, width), dtype=np.float32)
@@ -48,33 +56,44 @@ def modulated_layer_norm_numba(x: np.ndarray, shift: np.ndarray, scale: np.ndarr
     _check_rows("modulated_layer_norm", x, shift=shift, scale=scale)
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty_like(x)
-    _modulated_layer_norm(x, np.ascontiguousarray(shift, dtype=np.float32),
-                          np.ascontiguousarray(scale, dtype=np.float32), np.float32(eps), out)
+    run = _modulated_layer_norm_parallel if x.size >= PARALLEL_MIN_ELEMENTS else _modulated_layer_norm_serial
+    run(x, np.ascontiguousarray(shift, dtype=np.float32), np.ascontiguousarray(scale, dtype=np.float32),
+        np.float32(eps), out)
     return out
 
 
-@jit(parallel=True, fastmath={"reassoc", "contract"})
-def _modulated_layer_norm(x, shift, scale, eps, out):  # pragma: no cover - compiled
-    tokens, width = x.shape
-    row_step = 1 if shift.shape[0] != 1 else 0  # per-token rows or one shared row
-    for s in numba.prange(tokens):
-        row = s * row_step
-        total = np.float32(0.0)
-        for d in range(width):
-            total += x[s, d]
-        mean = total / width
-        squares = np.float32(0.0)
-        for d in range(width):
-            centered = x[s, d] - mean
-            squares += centered * centered
-        inv_std = np.float32(1.0) / np.sqrt(squares / width + eps)
-        for d in range(width):
-            out[s, d] = (x[s, d] - mean) * inv_std * (np.float32(1.0) + scale[row, d]) + shift[row, d]
+@jit(inline="always")
+def _modulated_layer_norm_row(x, shift, scale, eps, out, s):  # pragma: no cover - compiled
+    width = x.shape[1]
+    row = np.int64(s) if shift.shape[0] != 1 else np.int64(0)  # per-token rows or one shared row
+    total = np.float32(0.0)
+    for d in range(width):
+        total += x[s, d]
+    mean = total / width
+    squares = np.float32(0.0)
+    for d in range(width):
+        centered = x[s, d] - mean
+        squares += centered * centered
+    inv_std = np.float32(1.0) / np.sqrt(squares / width + eps)
+    for d in range(width):
+        out[s, d] = (x[s, d] - mean) * inv_std * (np.float32(1.0) + scale[row, d]) + shift[row, d]
+
+
+@jit(parallel=True, fastmath=_FAST)
+def _modulated_layer_norm_parallel(x, shift, scale, eps, out):  # pragma: no cover - compiled
+    for s in numba.prange(x.shape[0]):
+        _modulated_layer_norm_row(x, shift, scale, eps, out, s)
+
+
+@jit(fastmath=_FAST)
+def _modulated_layer_norm_serial(x, shift, scale, eps, out):  # pragma: no cover - compiled
+    for s in range(x.shape[0]):
+        _modulated_layer_norm_row(x, shift, scale, eps, out, s)
 
 
 def _gate_examples(rng: np.random.Generator) -> list[tuple]:
     cases = []
-    for tokens, width, per_token in ((1, 8, False), (7, 33, True), (32, 96, False)):
+    for tokens, width, per_token in ((1, 8, False), (7, 33, True), (32, 96, False), (520, 130, True)):
         x = rng.standard_normal((tokens, width), dtype=np.float32)
         update = rng.standard_normal((tokens, width), dtype=np.float32)
         gate = rng.standard_normal((tokens if per_token else 1, width), dtype=np.float32)
@@ -96,16 +115,25 @@ def gated_residual_numba(x: np.ndarray, update: np.ndarray, gate: np.ndarray) ->
         raise ValueError(f"gated_residual: update {update.shape} differs from x {x.shape}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty_like(x)
-    _gated_residual(x, np.ascontiguousarray(update, dtype=np.float32),
-                    np.ascontiguousarray(gate, dtype=np.float32), out)
+    run = _gated_residual_parallel if x.size >= PARALLEL_MIN_ELEMENTS else _gated_residual_serial
+    run(x, np.ascontiguousarray(update, dtype=np.float32), np.ascontiguousarray(gate, dtype=np.float32), out)
     return out
 
 
-@jit(parallel=True, fastmath={"reassoc", "contract"})
-def _gated_residual(x, update, gate, out):  # pragma: no cover - compiled
-    tokens, width = x.shape
-    row_step = 1 if gate.shape[0] != 1 else 0
-    for s in numba.prange(tokens):
-        row = s * row_step
-        for d in range(width):
-            out[s, d] = x[s, d] + update[s, d] * gate[row, d]
+@jit(inline="always")
+def _gated_residual_row(x, update, gate, out, s):  # pragma: no cover - compiled
+    row = np.int64(s) if gate.shape[0] != 1 else np.int64(0)
+    for d in range(x.shape[1]):
+        out[s, d] = x[s, d] + update[s, d] * gate[row, d]
+
+
+@jit(parallel=True, fastmath=_FAST)
+def _gated_residual_parallel(x, update, gate, out):  # pragma: no cover - compiled
+    for s in numba.prange(x.shape[0]):
+        _gated_residual_row(x, update, gate, out, s)
+
+
+@jit(fastmath=_FAST)
+def _gated_residual_serial(x, update, gate, out):  # pragma: no cover - compiled
+    for s in range(x.shape[0]):
+        _gated_residual_row(x, update, gate, out, s)

@@ -12,12 +12,15 @@ import numba
 import numpy as np
 
 from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels.modulation import PARALLEL_MIN_ELEMENTS
 from embodied_ros.kernels.registry import kernel, reference
+
+_FAST = {"reassoc", "contract"}
 
 
 def _examples(rng: np.random.Generator) -> list[tuple]:
     cases = []
-    for tokens, width in ((1, 6), (13, 64), (40, 96), (3, 384)):
+    for tokens, width in ((1, 6), (13, 64), (40, 96), (3, 384), (300, 256)):  # the last runs in parallel
         x = rng.standard_normal((tokens, width), dtype=np.float32) * 2.0
         weight = 1.0 + 0.2 * rng.standard_normal(width, dtype=np.float32)
         cases.append((x, weight, 1e-6))
@@ -33,19 +36,33 @@ def rms_norm_across_heads(x: np.ndarray, weight: np.ndarray, eps: float) -> np.n
 
 @kernel("rms_norm_across_heads", "numba")
 def rms_norm_across_heads_numba(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    if x.ndim != 2 or weight.shape != x.shape[1:]:
+        raise ValueError(f"rms_norm_across_heads: x {x.shape} and weight {weight.shape} do not fit")
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty_like(x)
-    _rms_norm(x, np.ascontiguousarray(weight, dtype=np.float32), np.float32(eps), out)
+    run = _rms_norm_parallel if x.size >= PARALLEL_MIN_ELEMENTS else _rms_norm_serial
+    run(x, np.ascontiguousarray(weight, dtype=np.float32), np.float32(eps), out)
     return out
 
 
-@jit(parallel=True, fastmath={"reassoc", "contract"})
-def _rms_norm(x, weight, eps, out):  # pragma: no cover - compiled
-    tokens, width = x.shape
-    for s in numba.prange(tokens):
-        total = np.float32(0.0)
-        for d in range(width):
-            total += x[s, d] * x[s, d]
-        inverse_rms = np.float32(1.0) / np.sqrt(total / np.float32(width) + eps)
-        for d in range(width):
-            out[s, d] = x[s, d] * inverse_rms * weight[d]
+@jit(inline="always")
+def _rms_norm_row(x, weight, eps, out, s):  # pragma: no cover - compiled
+    width = x.shape[1]
+    total = np.float32(0.0)
+    for d in range(width):
+        total += x[s, d] * x[s, d]
+    inverse_rms = np.float32(1.0) / np.sqrt(total / np.float32(width) + eps)
+    for d in range(width):
+        out[s, d] = x[s, d] * inverse_rms * weight[d]
+
+
+@jit(parallel=True, fastmath=_FAST)
+def _rms_norm_parallel(x, weight, eps, out):  # pragma: no cover - compiled
+    for s in numba.prange(x.shape[0]):
+        _rms_norm_row(x, weight, eps, out, s)
+
+
+@jit(fastmath=_FAST)
+def _rms_norm_serial(x, weight, eps, out):  # pragma: no cover - compiled
+    for s in range(x.shape[0]):
+        _rms_norm_row(x, weight, eps, out, s)

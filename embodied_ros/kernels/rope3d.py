@@ -16,7 +16,10 @@ import numba
 import numpy as np
 
 from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels.modulation import PARALLEL_MIN_ELEMENTS
 from embodied_ros.kernels.registry import kernel, reference
+
+_FAST = {"reassoc", "contract"}
 
 
 def rope3d_split(head_dim: int) -> tuple[int, int, int]:
@@ -51,7 +54,8 @@ def rope3d_tables(grid_fhw: tuple[int, int, int], head_dim: int, theta: float = 
 
 def _rope_examples(rng: np.random.Generator) -> list[tuple]:
     cases = []
-    for grid, heads, head_dim in (((1, 1, 3), 1, 6), ((2, 3, 2), 3, 16), ((3, 2, 5), 2, 34)):
+    for grid, heads, head_dim in (((1, 1, 3), 1, 6), ((2, 3, 2), 3, 16), ((3, 2, 5), 2, 34),
+                                  ((2, 8, 10), 4, 64)):  # the last runs in parallel
         cos, sin = rope3d_tables(grid, head_dim)
         x = rng.standard_normal((cos.shape[0], heads, head_dim), dtype=np.float32)
         cases.append((x, cos, sin))
@@ -78,19 +82,28 @@ def rope_pairs_numba(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndar
         raise ValueError(f"rope_pairs: tables {cos.shape}/{sin.shape} do not fit x {x.shape}; expected {expected}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty_like(x)
-    _rope_pairs(x, np.ascontiguousarray(cos, dtype=np.float32), np.ascontiguousarray(sin, dtype=np.float32), out)
+    run = _rope_pairs_parallel if x.size >= PARALLEL_MIN_ELEMENTS else _rope_pairs_serial
+    run(x, np.ascontiguousarray(cos, dtype=np.float32), np.ascontiguousarray(sin, dtype=np.float32), out)
     return out
 
 
-@jit(parallel=True, fastmath={"reassoc", "contract"})
-def _rope_pairs(x, cos, sin, out):  # pragma: no cover - compiled
-    tokens, heads, head_dim = x.shape
-    for s in numba.prange(tokens):
-        for h in range(heads):
-            for j in range(0, head_dim, 2):
-                a = x[s, h, j]
-                b = x[s, h, j + 1]
-                c = cos[s, j]
-                n = sin[s, j + 1]
-                out[s, h, j] = a * c - b * n
-                out[s, h, j + 1] = a * n + b * c
+@jit(inline="always")
+def _rope_pairs_token(x, cos, sin, out, s):  # pragma: no cover - compiled
+    for h in range(x.shape[1]):
+        for j in range(0, x.shape[2], 2):
+            a = x[s, h, j]
+            b = x[s, h, j + 1]
+            out[s, h, j] = a * cos[s, j] - b * sin[s, j + 1]
+            out[s, h, j + 1] = a * sin[s, j + 1] + b * cos[s, j]
+
+
+@jit(parallel=True, fastmath=_FAST)
+def _rope_pairs_parallel(x, cos, sin, out):  # pragma: no cover - compiled
+    for s in numba.prange(x.shape[0]):
+        _rope_pairs_token(x, cos, sin, out, s)
+
+
+@jit(fastmath=_FAST)
+def _rope_pairs_serial(x, cos, sin, out):  # pragma: no cover - compiled
+    for s in range(x.shape[0]):
+        _rope_pairs_token(x, cos, sin, out, s)

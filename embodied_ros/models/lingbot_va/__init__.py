@@ -1,1 +1,40 @@
-"""LingBot-VA-style world-action model on Wan2.2 transformer blocks."""
+"""LingBot-VA-style world-action model on Wan2.2 transformer blocks (bundle architecture "lingbot_va").
+
+Family entry points (see embodied_ros/bundle/__init__.py and pipeline/stages.py):
+  load_runtime(bundle, backend)          -> LingbotVARuntime (encode, build_prefix, predict_world, act)
+  verify_reference(bundle, backend)      -> (max abs error, tolerance) of the bundle's reference record
+  recognizes_fixture(path), run_fixture_parity(path, quant)   Wan block records for `embodied-ros parity`
+  convert.detect / convert.convert       checkpoint folders -> bundles
+"""
+
+from __future__ import annotations
+
+from embodied_ros.models.lingbot_va.config import ARCHITECTURE, PRESETS, LingbotVAConfig
+from embodied_ros.models.lingbot_va.parity import recognizes_fixture, run_block_reference, run_fixture_parity
+
+
+def load_runtime(bundle, backend: str = "numba"):
+    """The world-action runtime of a lingbot_va bundle (read by `pipeline.stages.load_runtime`)."""
+    from embodied_ros.models.lingbot_va import transformer
+    from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
+    from embodied_ros.models.lingbot_va.runtime import LingbotVARuntime
+    from embodied_ros.models.lingbot_va.text import Tokenizer
+
+    if BLOCKS_ONLY in bundle.config:
+        raise ValueError(f"{bundle.path}: holds bare Wan blocks (a parity record), not a world-action model")
+    cfg = LingbotVAConfig.from_dict(bundle.config)
+    if bundle.tokenizer_model is None:
+        raise ValueError(f"{bundle.path}: the bundle has no tokenizer")
+    weights = transformer.load_weights(bundle.weight, cfg)
+    return LingbotVARuntime(cfg, weights, bundle.stats, Tokenizer(bundle.tokenizer_model, cfg.max_text_tokens),
+                            backend)
+
+
+def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
+    """Run the bundle's reference record: (largest max-abs error over its cases, tolerance)."""
+    results = run_block_reference(bundle, backend)
+    return max(r.max_abs_error for r in results), results[0].tolerance
+
+
+__all__ = ["ARCHITECTURE", "PRESETS", "LingbotVAConfig", "load_runtime", "recognizes_fixture",
+           "run_fixture_parity", "verify_reference"]

@@ -3,8 +3,8 @@
 Wan parts keep diffusers' `WanTransformer3DModel` names (as in the released Wan2.2 checkpoints
 converted by diffusers); the parts LingBot-VA adds (action stream, state and text token tables,
 the image encoder standing in for the VAE, normalization statistics) use names of the same style.
-Every checkpoint tensor must have a bundle name and every bundle tensor a source: the converter
-refuses anything unknown or missing.
+Normalization statistics go to the bundle's stats section. Every checkpoint tensor must have a
+place and every bundle tensor a source: the converter refuses anything unknown or missing.
 """
 
 from __future__ import annotations
@@ -67,10 +67,14 @@ TOP_NAMES = {
     "text_token_embedding.weight": "text.token_embedding",
     "image_encoder.proj.weight": "image_encoder.weight",
     "image_encoder.proj.bias": "image_encoder.bias",
-    "normalization.state_mean": "norm.state_mean",
-    "normalization.state_std": "norm.state_std",
-    "normalization.action_mean": "norm.action_mean",
-    "normalization.action_std": "norm.action_std",
+}
+
+# normalization statistics: checkpoint tensor -> (quantity, statistic) of the bundle's stats
+STATS_NAMES = {
+    "normalization.state_mean": ("state", "mean"),
+    "normalization.state_std": ("state", "std"),
+    "normalization.action_mean": ("action", "mean"),
+    "normalization.action_std": ("action", "std"),
 }
 
 _BLOCK = re.compile(r"blocks\.(\d+)\.(.+)")
@@ -96,9 +100,12 @@ def to_bundle_layout(name: str, array: np.ndarray) -> np.ndarray:
 
 
 def convert_tensors(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Checkpoint tensors (diffusers names) -> bundle tensors (bundle names and layouts), float32."""
+    """Checkpoint weights (diffusers names) -> bundle weights (bundle names and layouts), float32.
+    Statistics (STATS_NAMES) are left out: see `convert_stats`."""
     converted = {}
     for source, array in tensors.items():
+        if source in STATS_NAMES:
+            continue
         name = bundle_name(source)
         converted[name] = np.ascontiguousarray(to_bundle_layout(name, np.asarray(array)), dtype=np.float32)
     return converted
@@ -108,3 +115,37 @@ def convert_block_tensors(tensors: Mapping[str, np.ndarray], index: int = 0) -> 
     """The tensors of one block saved on its own (names without "blocks.{i}.", e.g. a
     `WanTransformerBlock.state_dict()`) as block `index` of a bundle."""
     return convert_tensors({f"blocks.{index}.{name}": array for name, array in tensors.items()})
+
+
+def convert_stats(tensors: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Checkpoint normalization tensors -> {"state": {"mean", "std"}, "action": {...}} (all required)."""
+    missing = sorted(set(STATS_NAMES) - set(tensors))
+    if missing:
+        raise ValueError(f"checkpoint lacks normalization statistics: {', '.join(missing)}")
+    stats: dict[str, dict[str, np.ndarray]] = {}
+    for source, (quantity, statistic) in STATS_NAMES.items():
+        stats.setdefault(quantity, {})[statistic] = np.asarray(tensors[source], dtype=np.float32)
+    return stats
+
+
+def weight_group(name: str) -> str:
+    """Quantization group of a bundle weight; plans choose a stored type per group.
+
+    modulation  the blocks' and heads' shift/scale tables (small, added to temb: keep f32)
+    self_attn, cross_attn, ffn   the block matrices (almost all of the model's weights)
+    embed       patch, time, text, state and action input projections
+    head        the video and action output projections
+    encoder     the image encoder (VAE stand-in);  text   the token feature table
+    """
+    parts = name.split(".")
+    if parts[-1] == "modulation":
+        return "modulation"
+    if parts[0] == "blk":
+        return "ffn" if parts[2].startswith("ffn") else parts[2]
+    if parts[0] in ("out",) or parts[:2] == ["action", "out"]:
+        return "head"
+    if parts[0] == "image_encoder":
+        return "encoder"
+    if parts[0] == "text":
+        return "text"
+    return "embed"

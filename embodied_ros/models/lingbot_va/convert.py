@@ -1,0 +1,118 @@
+"""Checkpoints -> lingbot_va bundles (the family's side of `embodied-ros bundle convert`).
+
+Two sources are accepted:
+- a LingBot-VA checkpoint folder (checkpoint.py): the whole world-action model;
+- a Wan block record folder (`block.safetensors` = one `WanTransformerBlock.state_dict()` with
+  diffusers names, plus `config.json`, optionally `cases.npz`), e.g. the reference records: a
+  bundle holding that block alone ("blocks only"), whose reference record is the recorded cases.
+
+Weights are renamed (naming.py), reshaped to the bundle layout and stored per the quantization plan;
+the plan's groups are naming.weight_group's (modulation, self_attn, cross_attn, ffn, embed, head,
+encoder, text). 1-D tensors (biases, norm weights) always stay float32, and so do the modulation
+tables unless the plan names their group: they are added to the time embedding, are tiny, and
+every token's shift/scale/gate comes from them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+from embodied_ros.bundle import BundleWriter, QuantPlan, ReferenceRecord, RobotMetadata
+from embodied_ros.models.lingbot_va import checkpoint, naming
+from embodied_ros.models.lingbot_va.config import ARCHITECTURE
+from embodied_ros.models.lingbot_va.transformer import tensor_shapes
+
+BLOCK_FILE, BLOCK_CONFIG, BLOCK_CASES = "block.safetensors", "config.json", "cases.npz"
+BLOCKS_ONLY = "blocks_only"  # config section of a bundle that holds bare Wan blocks
+# largest acceptable max-abs error of a block output against the float32 reference, per weight type
+BLOCK_TOLERANCE = {"f32": 1e-4, "f16": 2e-3, "bf16": 2e-2, "q8_0": 2e-2, "q4_k": 2e-1}
+
+
+def is_block_record(source: Path) -> bool:
+    return source.is_dir() and (source / BLOCK_FILE).is_file() and (source / BLOCK_CONFIG).is_file()
+
+
+def detect(source: Path) -> bool:
+    source = Path(source)
+    return checkpoint.is_checkpoint(source) or is_block_record(source)
+
+
+def convert(source: Path, output: Path, quant_plan: QuantPlan, reference: Path | None = None,
+            progress: bool = False) -> None:
+    source = Path(source)
+    if checkpoint.is_checkpoint(source):
+        if reference is not None:
+            raise ValueError("lingbot_va model checkpoints have no PyTorch reference records; omit --reference")
+        convert_checkpoint(source, output, quant_plan, progress)
+    elif is_block_record(source):
+        convert_block_record(source, output, quant_plan, reference or source, progress)
+    else:
+        raise ValueError(f"{source}: neither a lingbot_va checkpoint folder ({checkpoint.CONFIG_FILE} with "
+                         f"_class_name {checkpoint.CLASS_NAME!r}) nor a Wan block record ({BLOCK_FILE} + {BLOCK_CONFIG})")
+
+
+def family_plan(plan: QuantPlan | str | None) -> QuantPlan:
+    """The plan as given, with the modulation tables kept float32 unless it names them."""
+    plan = plan if isinstance(plan, QuantPlan) else QuantPlan.parse(plan)
+    return plan if "modulation" in plan.types else QuantPlan({**plan.types, "modulation": "f32"})
+
+
+def convert_checkpoint(source: Path, output: Path, quant_plan: QuantPlan | str | None = None,
+                       progress: bool = False) -> Path:
+    """The whole model: config, weights, normalization stats, tokenizer, solver and robot metadata."""
+    cfg, tensors, tokenizer = checkpoint.read_checkpoint(source)
+    weights = naming.convert_tensors(tensors)
+    expected = tensor_shapes(cfg)
+    if set(weights) != set(expected):
+        raise ValueError(f"{source}: converted names differ from the model's: missing "
+                         f"{sorted(set(expected) - set(weights))}, extra {sorted(set(weights) - set(expected))}")
+    writer = BundleWriter(ARCHITECTURE, family_plan(quant_plan), group_of=naming.weight_group)
+    writer.set_config(cfg.to_dict())
+    writer.add_weights(weights)
+    writer.set_stats(naming.convert_stats(tensors))
+    writer.set_tokenizer(tokenizer)
+    writer.set_solver({"method": "euler", "world_steps": cfg.world_steps, "action_steps": cfg.action_steps})
+    writer.set_robot(RobotMetadata(cfg.state_names, cfg.action_names, cfg.action_period_s))
+    writer.set_source(str(source))
+    return writer.write(output, progress=progress)
+
+
+def block_config(values: dict) -> dict:
+    """The blocks-only config section from a block record's config.json."""
+    return {"dim": int(values["dim"]), "num_heads": int(values["num_heads"]), "ffn_dim": int(values["ffn_dim"]),
+            "eps": float(values.get("eps", 1e-6)), "rope_theta": float(values.get("rotary", {}).get("theta", 1e4)),
+            "num_layers": 1}
+
+
+def block_reference(cases_file: Path, grid_fhw: list[int], tolerance: float) -> ReferenceRecord:
+    """The recorded cases of a block record: inputs (tokens, context, temb, grid) -> outputs."""
+    cases = np.load(cases_file)
+    inputs, expected = {"grid_fhw": np.asarray(grid_fhw, np.int64)}, {}
+    for case in sorted({name.split("_", 1)[0] for name in cases.files}):
+        for name in ("hidden_states", "encoder_hidden_states", "temb"):
+            inputs[f"{case}_{name}"] = cases[f"{case}_{name}"][0]
+        expected[f"{case}_output"] = cases[f"{case}_output"][0]
+    return ReferenceRecord(inputs=inputs, expected=expected, tolerance=tolerance,
+                           fields={"kind": "wan_block", "source": str(cases_file)})
+
+
+def convert_block_record(source: Path, output: Path, quant_plan: QuantPlan | str | None = None,
+                         reference: Path | None = None, progress: bool = False) -> Path:
+    """One Wan block saved on its own -> a blocks-only bundle (block 0), with its cases as reference."""
+    values = json.loads((source / BLOCK_CONFIG).read_text())
+    section = block_config(values)
+    weights = naming.convert_block_tensors(load_file(str(source / BLOCK_FILE)))
+    writer = BundleWriter(ARCHITECTURE, family_plan(quant_plan), group_of=naming.weight_group)
+    writer.set_config({BLOCKS_ONLY: section})
+    writer.add_weights(weights)
+    writer.set_source(str(source / BLOCK_FILE))
+    cases = Path(reference or source) / BLOCK_CASES
+    if cases.is_file():
+        stored = {qtype for _, _, qtype, _ in writer.plan_report()}
+        tolerance = max(BLOCK_TOLERANCE[qtype] for qtype in stored)
+        writer.set_reference(block_reference(cases, values["grid_fhw"], tolerance))
+    return writer.write(output, progress=progress)
