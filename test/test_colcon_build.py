@@ -1,0 +1,62 @@
+"""The repository builds as a ROS 2 package with colcon (ROS from the wheels in the venv), and the
+install space it produces holds the messages, the Python package, the executables and the data."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(sys.prefix)
+
+
+def checkout_files() -> list[str]:
+    """Tracked and untracked-but-not-ignored files: what a fresh clone (plus local work) holds."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    return [name for name in listed if name and (ROOT / name).is_file()]
+
+
+def test_colcon_build_and_install_space(tmp_path):
+    source = tmp_path / "src" / "embodied_ros"
+    for name in checkout_files():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
+    env = dict(os.environ, PATH=f"{VENV / 'bin'}:{os.environ['PATH']}",
+               AMENT_PREFIX_PATH=str(VENV), CMAKE_PREFIX_PATH=str(VENV))
+    build = subprocess.run(
+        [str(VENV / "bin" / "colcon"), "build", "--event-handlers", "console_direct-",
+         "--cmake-args", "-DBUILD_TESTING=OFF"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+
+    prefix = tmp_path / "install" / "embodied_ros"
+    check = (
+        "import embodied_ros, embodied_ros.cli.main\n"
+        "from embodied_ros.msg import ActionChunk, StageOutput, StageTiming, Tensor\n"
+        "from rclpy.serialization import serialize_message, deserialize_message\n"
+        "chunk = ActionChunk(horizon=2, action_dim=1, actions=[1.0, 2.0])\n"
+        "assert list(deserialize_message(serialize_message(chunk), ActionChunk).actions) == [1.0, 2.0]\n"
+        "from ament_index_python.packages import get_package_share_directory\n"
+        "print(embodied_ros.__file__)\n"
+        "print(get_package_share_directory('embodied_ros'))\n"
+    )
+    # A fresh shell that sources the install space, as a user would; run outside the checkout so the
+    # source tree cannot be imported by accident.
+    result = subprocess.run(
+        ["bash", "-c", f"source {tmp_path}/install/setup.bash && cd /tmp && python3 -c \"$CHECK\" "
+                       f"&& {prefix}/lib/embodied_ros/embodied-ros --version"],
+        env={**env, "CHECK": check, "PYTHONPATH": "", "AMENT_PREFIX_PATH": str(VENV)},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    module_file, share_dir, version = result.stdout.strip().splitlines()[-3:]
+    assert module_file.startswith(str(prefix)), "embodied_ros was imported from outside the install space"
+    assert share_dir == str(prefix / "share" / "embodied_ros")
+    assert "embodied-ros" in version
+    for folder in ("launch", "config", "bundles", "msg"):
+        for path in (ROOT / folder).iterdir():
+            if path.is_file():
+                assert (prefix / "share" / "embodied_ros" / folder / path.name).is_file(), f"{folder}/{path.name}"
