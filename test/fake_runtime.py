@@ -18,8 +18,8 @@ class FakeRuntime:
     def __init__(self, has_world_model: bool = False, cameras=("front", "wrist"), image_size=(6, 8)):
         self.spec = ModelSpec(
             architecture="fake", camera_names=tuple(cameras), image_size=image_size,
-            state_names=("j0", "j1", "j2"), action_names=("j0", "j1", "j2"), chunk_size=5,
-            action_period_s=0.02, noise_shape=(5, 3), has_world_model=has_world_model,
+            state_names=("j0", "j1", "j2"), action_names=("j0", "j1", "j2"), chunk_size=10,
+            action_period_s=0.02, noise_shape=(10, 3), has_world_model=has_world_model,
         )
         self.calls: list[tuple[str, int]] = []
         self._lock = threading.Lock()

@@ -47,7 +47,7 @@ class ObservationNode(GraphNode):
         self.selector = JointStateSelector(state_joints)
         self.conversion = ImageConversion(inputs.mono_max or None)
         self.max_age_ns = seconds_to_ns(inputs.max_age_s)
-        self.buffer = InputBuffer([*self.cameras, JOINT_STATES])
+        self.buffer = InputBuffer([*(_camera_input(c) for c in self.cameras), JOINT_STATES])
         self.instruction = ""
         self.instruction_error: InputError | None = InputError("instruction: no message received yet")
         self.sequence = 0
@@ -75,10 +75,10 @@ class ObservationNode(GraphNode):
     def _on_image(self, camera: str, msg: Image) -> None:
         stamp_ns = time_to_ns(msg.header.stamp)
         try:
-            sample = InputSample(stamp_ns, value=image_to_rgb8(msg, f"camera {camera}", self.conversion))
+            sample = InputSample(stamp_ns, value=image_to_rgb8(msg, _camera_input(camera), self.conversion))
         except InputError as error:
             sample = InputSample(stamp_ns, error=error)
-        self.buffer.put(camera, sample)
+        self.buffer.put(_camera_input(camera), sample)
         self._drain()
 
     def _on_joint_state(self, msg: JointState) -> None:
@@ -137,7 +137,7 @@ class ObservationNode(GraphNode):
     def _observation(self, samples: dict[str, InputSample], stamp_ns: int) -> Observation:
         if self.instruction_error is not None:
             raise self.instruction_error
-        return Observation(stamp_ns=stamp_ns, images={c: samples[c].value for c in self.cameras},
+        return Observation(stamp_ns=stamp_ns, images={c: samples[_camera_input(c)].value for c in self.cameras},
                            state=samples[JOINT_STATES].value, instruction=self.instruction)
 
     def _publish(self, observation: Observation, step: int, now_ns: int) -> None:
@@ -175,6 +175,11 @@ class ObservationNode(GraphNode):
             sample = self.buffer.latest(name)
             ages[f"age_ms/{name}"] = "never" if sample is None else f"{(now_ns - sample.stamp_ns) / 1e6:.1f}"
         return ages
+
+
+def _camera_input(camera: str) -> str:
+    """The camera's name in input errors and diagnostics."""
+    return f"camera {camera}"
 
 
 def main(args=None) -> None:

@@ -1,0 +1,105 @@
+"""One process per node: each node module run with the graph's parameters, started and stopped here.
+
+Used by `embodied-ros up --separate` and tests; a launch file does the same with launch_ros.
+Stage outputs travel serialized (Tensor messages) through Fast DDS shared memory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from embodied_ros.graph.config import GraphConfig
+from embodied_ros.graph.paths import dds_environment, package_root
+from embodied_ros.nodes.params import node_parameters
+
+
+def params_file_content(config: GraphConfig) -> dict:
+    """A ROS 2 parameters file (`--params-file`) giving every node the graph's settings."""
+    nested: dict = {}
+    for name, value in node_parameters(config).items():
+        owner = nested
+        *sections, leaf = name.split(".")
+        for section in sections:
+            owner = owner.setdefault(section, {})
+        owner[leaf] = value
+    return {"/**": {"ros__parameters": nested}}
+
+
+def node_command(node: str, params_file: Path, namespace: str = "", remaps: Sequence[str] = ()) -> list[str]:
+    """The command line that runs one node of the graph, configured and activated on start."""
+    command = [sys.executable, "-m", f"embodied_ros.nodes.{node}", "--ros-args", "--params-file", str(params_file),
+               "-p", "autostart:=true"]
+    if namespace:
+        command += ["-r", f"__ns:={namespace if namespace.startswith('/') else '/' + namespace}"]
+    for remap in remaps:
+        command += ["-r", remap]
+    return command
+
+
+class SeparateGraph:
+    def __init__(self, config: GraphConfig, node_names: Sequence[str], *, namespace: str = "",
+                 remaps: Sequence[str] = (), domain_id: int | None = None, log_dir: str | Path | None = None,
+                 env: dict[str, str] | None = None):
+        if config.transport.mode == "reference":
+            raise ValueError("transport.mode reference cannot cross processes; use auto or serialized")
+        self.config = replace(config, layout="separate")
+        self.node_names = tuple(node_names)
+        self.namespace = namespace
+        self.remaps = tuple(remaps)
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="embodied_ros_graph_"))
+        self.env = {**os.environ, **dds_environment(), **(env or {})}
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root()), self.env.get("PYTHONPATH")]))
+        if domain_id is not None:
+            self.env["ROS_DOMAIN_ID"] = str(domain_id)
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.params_file = self.log_dir / "params.yaml"
+        self.params_file.write_text(yaml.safe_dump(params_file_content(self.config), sort_keys=False))
+        for name in self.node_names:
+            self.spawn(name)
+
+    def spawn(self, name: str) -> None:
+        log = open(self.log_dir / f"{name}.log", "ab")
+        command = node_command(name, self.params_file, self.namespace, self.remaps)
+        self.processes[name] = subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def kill(self, name: str) -> None:
+        """Kill one node's process at once (SIGKILL), as a crash would."""
+        process = self.processes[name]
+        process.kill()
+        process.wait(timeout=10)
+
+    def exited(self) -> dict[str, int]:
+        """Nodes whose process has ended, with exit codes."""
+        return {name: p.returncode for name, p in self.processes.items() if p.poll() is not None}
+
+    def log(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self, timeout_s: float = 10.0) -> dict[str, int]:
+        """SIGINT every node, then SIGKILL what is still running after `timeout_s`; exit codes."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + timeout_s
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        return {name: p.returncode for name, p in self.processes.items()}

@@ -1,0 +1,136 @@
+"""Helpers for tests that run a free-running graph: a synthetic robot with fault switches and a
+probe that records what the graph reports, each in its own rclpy context and domain."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from trajectory_msgs.msg import JointTrajectory
+
+from embodied_ros.graph.stats import status_values
+from embodied_ros.graph.topics import COMMAND_TOPICS, DIAGNOSTICS, INPUT_STATUS, TIMING
+from embodied_ros.inputs.stamps import time_to_ns
+from embodied_ros.msg import StageTiming
+from embodied_ros.nodes.synthetic import SyntheticRobot
+
+# distinct DDS domains per test (and per pytest-xdist worker) so graphs never hear each other
+_domains = itertools.count(100 + 20 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0))
+
+
+def next_domain() -> int:
+    return next(_domains)
+
+
+class FaultyRobot(SyntheticRobot):
+    """The synthetic robot, plus switches that break its messages."""
+
+    nan_joint: str | None = None
+    truncated_camera: str | None = None
+
+    def make_image(self, camera, stamp_ns):
+        msg = super().make_image(camera, stamp_ns)
+        if camera == self.truncated_camera:
+            msg.data = msg.data[: len(msg.data) // 2]
+        return msg
+
+    def make_joint_state(self, stamp_ns):
+        msg = super().make_joint_state(stamp_ns)
+        if self.nan_joint is not None:
+            msg.position[msg.name.index(self.nan_joint)] = float("nan")
+        return msg
+
+
+class Probe(Node):
+    """Records controller diagnostics, input statuses, timings and commands as they arrive."""
+
+    def __init__(self, **kwargs):
+        super().__init__("probe", **kwargs)
+        self.lock = threading.Lock()
+        self.controller_states: list[tuple[int, str]] = []  # (stamp ns, message)
+        self.input_statuses: list[tuple[int, bytes, str]] = []  # (stamp ns, level, message)
+        self.timings: list[StageTiming] = []
+        self.command_times: list[int] = []
+        self.statuses: dict[str, DiagnosticStatus] = {}
+        self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 50)
+        self.create_subscription(DiagnosticStatus, INPUT_STATUS, self._on_input_status, 50)
+        self.create_subscription(StageTiming, TIMING, lambda m: self._append(self.timings, m), 200)
+        self.create_subscription(JointTrajectory, COMMAND_TOPICS["joint_trajectory"],
+                                 lambda m: self._append(self.command_times, time_to_ns(m.header.stamp)), 50)
+
+    def _append(self, target, item):
+        with self.lock:
+            target.append(item)
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        with self.lock:
+            for status in msg.status:
+                self.statuses[status.name] = status
+                if status.name.endswith(": controller"):
+                    self.controller_states.append((time_to_ns(msg.header.stamp), status.message))
+
+    def _on_input_status(self, msg: DiagnosticStatus) -> None:
+        values = status_values(msg)
+        if "step" in values:
+            self._append(self.input_statuses, (int(values["stamp_ns"]), msg.level, msg.message))
+
+    def controller_message(self) -> str:
+        with self.lock:
+            return self.controller_states[-1][1] if self.controller_states else ""
+
+    def first_controller_state(self, predicate, after_ns: int = 0) -> tuple[int, str] | None:
+        with self.lock:
+            return next(((t, m) for t, m in self.controller_states if t >= after_ns and predicate(m)), None)
+
+    def first_input_error(self, after_ns: int = 0) -> tuple[int, bytes, str] | None:
+        with self.lock:
+            return next((s for s in self.input_statuses if s[0] >= after_ns and s[1] != DiagnosticStatus.OK), None)
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    """Poll `condition` until true; fail with `what` after `timeout_s` (never hang)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Outside:
+    """The robot and the probe in their own context, executor and thread (the world outside the graph)."""
+
+    def __init__(self, config, spec, domain_id: int, robot_class=FaultyRobot):
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=domain_id)
+        cameras = {name: spec.image_size for name in (config.inputs.cameras or spec.camera_names)}
+        state_joints = config.inputs.state_joints or spec.state_names
+        command_joints = config.controller.joints or spec.action_names
+        self.robot = robot_class(config, cameras, state_joints, command_joints, context=self.context)
+        self.probe = Probe(context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.robot)
+        self.executor.add_node(self.probe)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def now_ns(self) -> int:
+        return self.robot.get_clock().now().nanoseconds
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=5.0)
+        self.thread.join(timeout=5.0)
+        self.robot.destroy_node()
+        self.probe.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+
+
+def positions_are_finite(probe: Probe) -> bool:
+    return all(np.isfinite(t) for t in probe.command_times)
