@@ -3,9 +3,9 @@
 Runs in the PyTorch reference environment (docs/reference.md), not in the project's own one; the
 benchmark scripts call it through `common.run_torch_reference`, which runs it as a subprocess.
 
-    python benchmarks/torch_reference.py MODE [--tokens N] [--text-tokens N] [--repeats R]
-                                              [--warmup W] [--dtype f32|bf16|both] [--threads T]
-                                              [--record DIR] --json
+    python benchmarks/torch_reference.py MODE [--tokens N] [--prefix-tokens N] [--text-tokens N]
+                                              [--repeats R] [--warmup W] [--dtype f32|bf16|both]
+                                              [--threads T] [--record DIR] --json
 
 MODE:
   pi05_small    PI05Policy.predict_action_chunk on a pi0.5 reference record (default
