@@ -1,0 +1,94 @@
+"""Watches a running graph from outside: stage timings, controller diagnostics, the command stream.
+Feeds the live summary and the final report of `embodied-ros up` (and the latency tests)."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import Counter, defaultdict
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
+
+from embodied_ros.graph.stats import percentiles
+from embodied_ros.graph.topics import COMMAND_TOPICS, DIAGNOSTICS, TIMING
+from embodied_ros.inputs.stamps import time_to_ns
+from embodied_ros.msg import StageTiming
+
+STAGE_ORDER = ("observation", "perception", "prefix", "world", "action")
+
+
+class GraphMonitor(Node):
+    def __init__(self, command_rate_hz: float, output: str, **node_kwargs):
+        super().__init__("graph_monitor", **node_kwargs)
+        self.period_ms = 1e3 / command_rate_hz
+        self.lock = threading.Lock()
+        self.runs: dict[str, list[tuple[float, float, float]]] = defaultdict(list)  # (wall s, compute, staleness)
+        self.command_stamps: list[int] = []  # controller tick stamps (JointTrajectory only)
+        self.command_arrivals: list[int] = []  # monotonic ns at arrival
+        self.controller_message = ""
+        self.hold_reasons: Counter[str] = Counter()
+        self.create_subscription(StageTiming, TIMING, self._on_timing, 200)
+        self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 50)
+        message_type = JointTrajectory if output == "joint_trajectory" else Float64MultiArray
+        self.create_subscription(message_type, COMMAND_TOPICS[output], self._on_command, 100)
+
+    def _on_timing(self, msg: StageTiming) -> None:
+        if msg.sequence > 0:
+            with self.lock:
+                self.runs[msg.stage].append((time.monotonic(), msg.compute_ms, msg.staleness_ms))
+
+    def _on_command(self, msg) -> None:
+        with self.lock:
+            self.command_arrivals.append(time.monotonic_ns())
+            if isinstance(msg, JointTrajectory):
+                self.command_stamps.append(time_to_ns(msg.header.stamp))
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name.endswith(": controller") and status.message != self.controller_message:
+                with self.lock:
+                    self.controller_message = status.message
+                    if status.message.startswith("holding: "):
+                        self.hold_reasons[_reason_kind(status.message[len("holding: "):])] += 1
+
+    def stage_summary(self, since_s: float = 0.0) -> dict[str, dict[str, float]]:
+        """Per stage: rate, compute and staleness percentiles of the runs after `since_s` (monotonic)."""
+        summary = {}
+        with self.lock:
+            runs = {stage: [r for r in rows if r[0] >= since_s] for stage, rows in self.runs.items()}
+        for stage in sorted(runs, key=lambda s: STAGE_ORDER.index(s) if s in STAGE_ORDER else 99):
+            rows = runs[stage]
+            if not rows:
+                continue
+            span = rows[-1][0] - rows[0][0]
+            compute = percentiles([r[1] for r in rows])
+            staleness = percentiles([r[2] for r in rows])
+            summary[stage] = {"runs": len(rows), "rate_hz": (len(rows) - 1) / span if span > 0 else 0.0,
+                              "compute_ms_p50": compute[0], "compute_ms_p99": compute[1],
+                              "staleness_ms_p50": staleness[0], "staleness_ms_p99": staleness[1]}
+        return summary
+
+    def command_summary(self, since_ns: int = 0) -> dict[str, float]:
+        """The command stream: rate and period error (|interval - period|) p50/p99, from the controller's
+        tick stamps and from arrival times here."""
+        with self.lock:
+            arrivals = np.asarray([t for t in self.command_arrivals if t >= since_ns], dtype=np.float64)
+            stamps = np.asarray(self.command_stamps[-len(arrivals):] if len(arrivals) else [], dtype=np.float64)
+        result = {"commands": float(len(arrivals)), "rate_hz": 0.0}
+        if len(arrivals) >= 2:
+            result["rate_hz"] = (len(arrivals) - 1) / ((arrivals[-1] - arrivals[0]) / 1e9)
+        for name, times in (("tick", stamps), ("arrival", arrivals)):
+            errors = np.abs(np.diff(times) / 1e6 - self.period_ms) if len(times) >= 2 else []
+            p50, p99 = percentiles(errors)
+            result[f"{name}_period_error_ms_p50"], result[f"{name}_period_error_ms_p99"] = p50, p99
+        return result
+
+
+def _reason_kind(reason: str) -> str:
+    """A hold reason with its numbers replaced by N, so repeated holds of one kind count together."""
+    return re.sub(r"-?\d+(\.\d+)?", "N", reason)

@@ -1,0 +1,141 @@
+"""`embodied-ros up`: start the graph (composed or one process per node) with a synthetic robot,
+print a live summary, and return a final report with rates, latencies and the command stream."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+
+from embodied_ros.graph.composed import ComposedGraph, graph_nodes
+from embodied_ros.graph.config import GraphConfig
+from embodied_ros.graph.monitor import GraphMonitor
+from embodied_ros.graph.paths import dds_environment
+from embodied_ros.graph.processes import SeparateGraph
+from embodied_ros.nodes.runtime_cache import acquire_runtime
+from embodied_ros.nodes.synthetic import SyntheticRobot
+from embodied_ros.pipeline.stages import Runtime
+
+
+@dataclass
+class UpReport:
+    layout: str
+    bundle: str
+    duration_s: float
+    first_chunk_s: float | None  # from start-up to the first action chunk
+    stages: dict[str, dict[str, float]]
+    commands: dict[str, float]
+    hold_reasons: dict[str, int]
+    exited: dict[str, int] = field(default_factory=dict)  # separate layout: nodes that ended early
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remaps: Sequence[str] = (),
+           synthetic: bool = True, summary_period_s: float = 1.0, domain_id: int | None = None,
+           print_fn: Callable[[str], None] = print, runtime: Runtime | None = None) -> UpReport:
+    """Run the graph for `duration_s` seconds (after start-up) and report; Ctrl-C ends it early.
+    `runtime`: an already loaded runtime for a composed graph (default: load the config's bundle)."""
+    if config.layout == "separate":
+        os.environ.update(dds_environment())  # this process talks to the nodes with the same transports
+    runtime = runtime or acquire_runtime(config.bundle, config.backend)
+    spec = runtime.spec
+    context = Context()
+    rclpy.init(context=context, domain_id=domain_id)
+    outside = SingleThreadedExecutor(context=context)
+    node_kwargs = dict(context=context, namespace=namespace)
+    monitor = GraphMonitor(config.controller.rate_hz, config.controller.output, **node_kwargs)
+    outside.add_node(monitor)
+    if synthetic:
+        cameras = {name: spec.image_size for name in (config.inputs.cameras or spec.camera_names)}
+        robot = SyntheticRobot(config, cameras, config.inputs.state_joints or spec.state_names,
+                               config.controller.joints or spec.action_names, **node_kwargs)
+        outside.add_node(robot)
+    spinner = threading.Thread(target=outside.spin, daemon=True)
+    spinner.start()
+    started = time.monotonic()
+    graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
+    print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "
+             f"{time.monotonic() - started:.1f} s; running for {duration_s:.0f} s")
+    try:
+        first_chunk_s = _watch(monitor, graph, duration_s, summary_period_s, started, print_fn)
+        measured_from = started
+    except KeyboardInterrupt:
+        first_chunk_s, measured_from = None, started
+    finally:
+        exited = graph.exited() if isinstance(graph, SeparateGraph) else {}
+        graph.stop()
+        outside.shutdown(timeout_sec=5.0)
+        rclpy.try_shutdown(context=context)
+    return UpReport(config.layout, config.bundle, time.monotonic() - measured_from, first_chunk_s,
+                    monitor.stage_summary(), monitor.command_summary(), dict(monitor.hold_reasons), exited)
+
+
+def _start_graph(config, runtime, context, namespace, remaps, domain_id):
+    if config.layout == "composed":
+        cli_args = ["--ros-args", *[arg for remap in remaps for arg in ("-r", remap)]] if remaps else ()
+        graph = ComposedGraph(config, context=context, runtime=runtime, namespace=namespace, cli_args=cli_args)
+    else:
+        graph = SeparateGraph(config, graph_nodes(runtime.spec.has_world_model), namespace=namespace,
+                              remaps=remaps, domain_id=domain_id)
+    graph.start()
+    return graph
+
+
+def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, started: float,
+           print_fn: Callable[[str], None]) -> float | None:
+    first_chunk_s = None
+    end = time.monotonic() + duration_s if duration_s > 0 else float("inf")
+    next_print = time.monotonic() + period_s
+    while time.monotonic() < end:
+        time.sleep(0.05)
+        if first_chunk_s is None and "action" in monitor.runs:
+            first_chunk_s = time.monotonic() - started
+        if isinstance(graph, SeparateGraph) and graph.exited():
+            print_fn(f"node process(es) ended: {graph.exited()}")
+            break
+        if time.monotonic() >= next_print:
+            next_print += period_s
+            print_fn(live_line(monitor, time.monotonic() - started, window_s=max(period_s, 2.0)))
+    return first_chunk_s
+
+
+def live_line(monitor: GraphMonitor, elapsed_s: float, window_s: float) -> str:
+    since = time.monotonic() - window_s
+    parts = [f"{elapsed_s:6.1f}s"]
+    for stage, row in monitor.stage_summary(since).items():
+        parts.append(f"{stage} {row['rate_hz']:.1f}Hz {row['compute_ms_p50']:.1f}ms")
+    stages = monitor.stage_summary(since)
+    if "action" in stages:
+        parts.append(f"chunk age {stages['action']['staleness_ms_p50']:.0f}ms")
+    commands = monitor.command_summary(time.monotonic_ns() - int(window_s * 1e9))
+    parts.append(f"cmd {commands['rate_hz']:.1f}Hz err p99 {commands['arrival_period_error_ms_p99']:.1f}ms")
+    parts.append(f"controller: {monitor.controller_message or '-'}")
+    return " | ".join(parts)
+
+
+def format_report(report: UpReport) -> str:
+    lines = [f"embodied-ros up: {report.layout}, {report.duration_s:.1f} s, bundle {report.bundle}"]
+    if report.first_chunk_s is not None:
+        lines.append(f"first action chunk after {report.first_chunk_s:.1f} s")
+    lines.append(f"{'stage':<12}{'runs':>6}{'rate Hz':>9}{'compute p50':>13}{'p99 ms':>8}"
+                 f"{'staleness p50':>15}{'p99 ms':>8}")
+    for stage, row in report.stages.items():
+        lines.append(f"{stage:<12}{row['runs']:>6}{row['rate_hz']:>9.2f}{row['compute_ms_p50']:>13.1f}"
+                     f"{row['compute_ms_p99']:>8.1f}{row['staleness_ms_p50']:>15.1f}{row['staleness_ms_p99']:>8.1f}")
+    c = report.commands
+    lines.append(f"commands: {c['commands']:.0f} at {c['rate_hz']:.2f} Hz; period error p50/p99: "
+                 f"{c['tick_period_error_ms_p50']:.2f}/{c['tick_period_error_ms_p99']:.2f} ms at the controller, "
+                 f"{c['arrival_period_error_ms_p50']:.2f}/{c['arrival_period_error_ms_p99']:.2f} ms on arrival")
+    if report.hold_reasons:
+        lines.append("holds: " + "; ".join(f"{n}x {reason}" for reason, n in report.hold_reasons.items()))
+    if report.exited:
+        lines.append(f"node processes that ended early: {report.exited}")
+    return "\n".join(lines)
