@@ -224,3 +224,7 @@ def main(args=None) -> None:
     from embodied_ros.nodes.run import run_node
 
     run_node(ControllerNode, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -19,3 +19,7 @@ def main(args=None) -> None:
     from embodied_ros.nodes.run import run_node
 
     run_node(PerceptionNode, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,10 +1,13 @@
 """World predictor node: a world-action model's predictive module over the newest prefix.
 
-Models without a world model (pi0.5) do not run this node; configuring it for one fails with a
-message saying so.
+With a model that has no world model (pi0.5) the node configures and activates but stays idle
+and says so on /diagnostics; the action head then reads the prefix alone. Graphs started by
+`embodied-ros up` leave it out for such models.
 """
 
 from __future__ import annotations
+
+from diagnostic_msgs.msg import DiagnosticStatus
 
 from embodied_ros.nodes.stage import StageNode
 
@@ -12,19 +15,34 @@ from embodied_ros.nodes.stage import StageNode
 class WorldNode(StageNode):
     stage = "world"
 
-    def setup(self) -> None:
-        super().setup()
-        if not self.spec.has_world_model:
-            raise ValueError(f"{self.spec.architecture} has no world model; do not start the world node for it")
-
     def upstream_stages(self) -> tuple[str, ...]:
         return ("prefix",)
 
+    def start(self) -> None:
+        if self.spec.has_world_model:
+            super().start()
+        else:
+            self.get_logger().info(f"{self.spec.architecture} has no world model: this node stays idle")
+
+    def on_step(self, step: int) -> None:
+        if self.spec.has_world_model:
+            super().on_step(step)
+
     def compute(self, step, inputs):
         return self.runtime.predict_world(inputs["prefix"])
+
+    def diagnostic_status(self) -> DiagnosticStatus:
+        status = super().diagnostic_status()
+        if not self.spec.has_world_model:
+            status.level, status.message = DiagnosticStatus.OK, "idle: the model has no world model"
+        return status
 
 
 def main(args=None) -> None:
     from embodied_ros.nodes.run import run_node
 
     run_node(WorldNode, args)
+
+
+if __name__ == "__main__":
+    main()

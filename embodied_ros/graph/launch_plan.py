@@ -1,0 +1,59 @@
+"""What a launch file starts for a graph config: importable and tested without `launch`.
+
+launch/pi05.launch.py turns this plan into launch_ros actions; `embodied-ros up` starts the same
+nodes itself. Composed: one container process hosting every node. Separate: one lifecycle node
+process per stage (the world node idles for models without a world model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embodied_ros.graph.config import load_config
+from embodied_ros.nodes.params import node_parameters
+
+NODE_ORDER = ("observation", "perception", "prefix", "world", "action", "controller")
+CONTAINER = "embodied-ros-container"
+
+
+def executable_of(node: str) -> str:
+    """Console script of one node (installed in lib/embodied_ros for `ros2 run`)."""
+    return f"embodied-ros-{node}"
+
+
+@dataclass(frozen=True)
+class PlannedProcess:
+    executable: str
+    name: str | None  # node name; None for the container (it names its own nodes)
+    lifecycle: bool  # a managed node that launch must configure and activate
+    parameters: dict[str, Any] = field(default_factory=dict)
+    arguments: tuple[str, ...] = ()
+
+
+def launch_plan(config_path: str | Path, bundle: str = "", layout: str = "") -> list[PlannedProcess]:
+    overrides: dict[str, Any] = {}
+    if bundle:
+        overrides["bundle"] = str(Path(bundle).resolve())
+    if layout:
+        overrides["layout"] = layout
+    config = load_config(config_path, overrides)
+    if config.layout == "composed":
+        arguments = ["--config", str(Path(config_path).resolve())]
+        if bundle:
+            arguments += ["--bundle", overrides["bundle"]]
+        return [PlannedProcess(CONTAINER, None, lifecycle=False, arguments=tuple(arguments))]
+    parameters = node_parameters(config)
+    return [PlannedProcess(executable_of(name), name, lifecycle=True, parameters=parameters) for name in NODE_ORDER]
+
+
+def parse_remaps(text: str) -> list[tuple[str, str]]:
+    """"from:=to,from2:=to2" -> [(from, to), ...]; ValueError names a malformed entry."""
+    remaps = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        source, sep, target = item.partition(":=")
+        if not sep or not source or not target:
+            raise ValueError(f"remap {item!r} must look like FROM:=TO")
+        remaps.append((source, target))
+    return remaps

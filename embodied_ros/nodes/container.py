@@ -1,0 +1,55 @@
+"""The composed container: every node of the graph in one process (`embodied-ros-container`).
+
+    embodied-ros-container --config config/pi05.yaml [--bundle B] [--set KEY=VALUE ...] [--ros-args ...]
+
+rclpy has no component containers for Python nodes, so this executable is how the graph runs
+composed under `launch` (ComposedNode is C++-only). ROS arguments (namespace, remaps) apply to
+every node. The container configures and activates its nodes itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import rclpy
+import yaml
+from rclpy.utilities import remove_ros_args
+
+from embodied_ros.graph.composed import ComposedGraph
+from embodied_ros.graph.config import load_config
+from embodied_ros.graph.paths import default_config
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="embodied-ros-container", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=None, help="graph config YAML (default: config/pi05.yaml)")
+    parser.add_argument("--bundle", help="model bundle file (overrides the config's `bundle`)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
+    return parser.parse_args(argv)
+
+
+def main(args=None) -> None:
+    import sys
+
+    argv = sys.argv if args is None else args
+    options = parse_arguments(remove_ros_args(argv)[1:])
+    overrides = {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in options.set)}
+    if options.bundle:
+        overrides["bundle"] = options.bundle
+    config = load_config(options.config or default_config(), {**overrides, "layout": "composed"})
+    rclpy.init(args=argv)
+    graph = ComposedGraph(config, context=rclpy.get_default_context())
+    try:
+        graph.start()
+        while rclpy.ok():
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        graph.stop()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

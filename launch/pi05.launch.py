@@ -1,0 +1,57 @@
+"""Start the embodied_ros graph for a pi0.5 bundle.
+
+    ros2 launch embodied_ros pi05.launch.py bundle:=/path/model.gguf [layout:=composed|separate]
+        [namespace:=arm] [remaps:=joint_states:=/arm/joint_states,instruction:=/task] [config:=my.yaml]
+
+Composed: one `embodied-ros-container` process hosting every node (stage outputs by reference).
+Separate: one lifecycle node per process, configured then activated by launch (stage outputs as
+Tensor messages; see docs/graph.md for the Fast DDS shared-memory settings).
+"""
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
+from launch.events import matches_action
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import LifecycleNode, Node
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
+from lifecycle_msgs.msg import Transition
+
+from embodied_ros.graph.launch_plan import launch_plan, parse_remaps
+from embodied_ros.graph.paths import default_config
+
+
+def generate_launch_description() -> LaunchDescription:
+    return LaunchDescription([
+        DeclareLaunchArgument("config", default_value=str(default_config()), description="graph config YAML"),
+        DeclareLaunchArgument("bundle", default_value="", description="model bundle (default: the config's)"),
+        DeclareLaunchArgument("layout", default_value="composed", choices=["composed", "separate"],
+                              description="composed: one process; separate: one process per node"),
+        DeclareLaunchArgument("namespace", default_value="", description="namespace of every node and topic"),
+        DeclareLaunchArgument("remaps", default_value="", description="comma-separated FROM:=TO topic remaps"),
+        OpaqueFunction(function=_graph_actions),
+    ])
+
+
+def _graph_actions(context):
+    def argument(name: str) -> str:
+        return LaunchConfiguration(name).perform(context)
+
+    remappings = parse_remaps(argument("remaps"))
+    actions = []
+    for process in launch_plan(argument("config"), bundle=argument("bundle"), layout=argument("layout")):
+        common = dict(package="embodied_ros", executable=process.executable, namespace=argument("namespace"),
+                      remappings=remappings, arguments=list(process.arguments), output="screen")
+        if not process.lifecycle:
+            actions.append(Node(**common))
+            continue
+        node = LifecycleNode(name=process.name, parameters=[process.parameters], **common)
+        activate = RegisterEventHandler(OnStateTransition(
+            target_lifecycle_node=node, goal_state="inactive",
+            entities=[_transition(node, Transition.TRANSITION_ACTIVATE)]))
+        actions += [node, activate, _transition(node, Transition.TRANSITION_CONFIGURE)]
+    return actions
+
+
+def _transition(node, transition_id: int) -> EmitEvent:
+    return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node), transition_id=transition_id))

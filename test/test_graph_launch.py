@@ -1,0 +1,92 @@
+"""The launch plan (what pi05.launch.py starts), and the launch file run against stand-ins of the
+launch API's names, since `launch` itself is not installable here."""
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from embodied_ros.graph.launch_plan import launch_plan, parse_remaps
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    path = tmp_path / "graph.yaml"
+    path.write_text("bundle: model.gguf\nschedule:\n  perception: 2\n")
+    return path
+
+
+def test_composed_plan_is_one_container_reading_the_config(config_file):
+    [container] = launch_plan(config_file, bundle="other.gguf", layout="composed")
+    assert container.executable == "embodied-ros-container" and container.name is None
+    assert not container.lifecycle
+    assert container.arguments[:2] == ("--config", str(config_file.resolve()))
+    assert container.arguments[2:] == ("--bundle", str(Path("other.gguf").resolve()))
+
+
+def test_separate_plan_is_one_lifecycle_node_per_stage_with_the_config_as_parameters(config_file):
+    plan = launch_plan(config_file, layout="separate")
+    assert [p.name for p in plan] == ["observation", "perception", "prefix", "world", "action", "controller"]
+    assert all(p.lifecycle and p.executable == f"embodied-ros-{p.name}" for p in plan)
+    assert plan[0].parameters["schedule.perception"] == 2
+    assert plan[0].parameters["bundle"] == str(config_file.parent / "model.gguf")
+
+
+def test_remaps_parse_and_reject_malformed_entries():
+    assert parse_remaps("joint_states:=/arm/js, instruction:=/task") == [("joint_states", "/arm/js"),
+                                                                        ("instruction", "/task")]
+    assert parse_remaps("") == []
+    with pytest.raises(ValueError, match="'joint_states=/x' must look like FROM:=TO"):
+        parse_remaps("joint_states=/x")
+
+
+class _Recorded:
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+
+def _stand_in_launch_api(monkeypatch):
+    """Modules named like the launch API whose classes record how they were called."""
+    names = {
+        "launch": ["LaunchDescription"],
+        "launch.actions": ["DeclareLaunchArgument", "EmitEvent", "OpaqueFunction", "RegisterEventHandler"],
+        "launch.events": [],
+        "launch.substitutions": ["LaunchConfiguration"],
+        "launch_ros": [], "launch_ros.actions": ["LifecycleNode", "Node"],
+        "launch_ros.event_handlers": ["OnStateTransition"], "launch_ros.events": [],
+        "launch_ros.events.lifecycle": ["ChangeState"],
+    }
+    for module_name, classes in names.items():
+        module = types.ModuleType(module_name)
+        for cls in classes:
+            setattr(module, cls, type(cls, (_Recorded,), {}))
+        monkeypatch.setitem(sys.modules, module_name, module)
+    sys.modules["launch.events"].matches_action = lambda action: ("matches", action)
+    sys.modules["launch.substitutions"].LaunchConfiguration.perform = lambda self, context: context[self.args[0]]
+
+
+def test_launch_file_builds_lifecycle_nodes_with_configure_and_activate(monkeypatch, config_file):
+    _stand_in_launch_api(monkeypatch)
+    spec = importlib.util.spec_from_file_location("pi05_launch", ROOT / "launch" / "pi05.launch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    description = module.generate_launch_description()
+    declared = [a.args[0] for a in description.args[0] if type(a).__name__ == "DeclareLaunchArgument"]
+    assert declared == ["config", "bundle", "layout", "namespace", "remaps"]
+    opaque = description.args[0][-1]
+    context = {"config": str(config_file), "bundle": "", "layout": "separate", "namespace": "arm",
+               "remaps": "joint_states:=/arm/js"}
+    actions = opaque.kwargs["function"](context)
+    nodes = [a for a in actions if type(a).__name__ == "LifecycleNode"]
+    assert [n.kwargs["name"] for n in nodes] == ["observation", "perception", "prefix", "world", "action",
+                                                 "controller"]
+    assert nodes[0].kwargs["namespace"] == "arm" and nodes[0].kwargs["remappings"] == [("joint_states", "/arm/js")]
+    events = [a for a in actions if type(a).__name__ == "EmitEvent"]
+    assert len(events) == len(nodes)  # one configure per node; activation follows each "inactive"
+    context["layout"] = "composed"
+    [container] = opaque.kwargs["function"](context)
+    assert type(container).__name__ == "Node" and container.kwargs["executable"] == "embodied-ros-container"
