@@ -25,6 +25,7 @@ from typing import Callable
 
 BENCHMARKS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCHMARKS_DIR.parent
+BENCHMARKS_MD = REPO_ROOT / "BENCHMARKS.md"
 TORCH_REFERENCE_SCRIPT = BENCHMARKS_DIR / "torch_reference.py"
 DEFAULT_REFERENCE_PYTHON = "/tmp/ref_venv/bin/python"
 REFERENCE_PYTHON_ENV = "EMBODIED_ROS_REF_PYTHON"
