@@ -25,7 +25,7 @@ class LatencyProbe:
                  instruction: str = "pick up the red cube", context=None, namespace: str = "") -> None:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Float64MultiArray, String
         from trajectory_msgs.msg import JointTrajectory
@@ -44,7 +44,9 @@ class LatencyProbe:
         self._image_pubs = {name: self.node.create_publisher(Image, self._rel(self.topics.cameras[name]), out_qos)
                             for name in self.cameras}
         self._joint_pub = self.node.create_publisher(JointState, self._rel(self.topics.joint_states), out_qos)
-        self._instruction_pub = self.node.create_publisher(String, self._rel(self.topics.instruction), out_qos)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)  # the graph's instruction is latched
+        self._instruction_pub = self.node.create_publisher(String, self._rel(self.topics.instruction), latched)
         command_type, command_topic = ((JointTrajectory, self.topics.trajectory) if command_output == "joint_trajectory"
                                        else (Float64MultiArray, self.topics.array))
         self._chunk_topic = self._rel(self.topics.action_chunk)

@@ -1,0 +1,159 @@
+"""Lock-step replay of bags through the real node graph (rclpy), with the test runtime.
+
+Checks: outputs equal direct `pipeline.stages.infer` calls on the same observations and noise; two
+replays are identical; the input bag is untouched; the output bag, metrics.json and report.html hold
+what they should; missing cameras and foreign topic names work as documented.
+"""
+
+import hashlib
+import itertools
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embodied_ros.graph.config import load_config
+from embodied_ros.graph.noise import stage_noise
+from embodied_ros.pipeline.stages import infer
+from embodied_ros.replay import messages as m
+from embodied_ros.replay.bag_reader import BagError, read_episode
+from embodied_ros.replay.runner import ReplayOptions, replay
+from embodied_ros.replay.steps import StateSelector, observation_at, plan_steps
+from embodied_ros.replay.synthetic import SyntheticConfig, write_episode
+from embodied_ros.replay.topics import TopicMap
+from fake_runtime import FakeRuntime
+
+_domains = itertools.count(170)  # DDS domains of this file's graphs, apart from other tests' ranges
+JOINTS = ("j0", "j1", "j2")
+EPISODE = SyntheticConfig(duration_s=1.0, cameras={"front": (24, 32), "wrist": (16, 16)}, joint_names=JOINTS,
+                          command_joint_names=JOINTS)
+CONFIG = load_config(None, {"schedule.step_period_s": 0.1, "controller.rate_hz": 50.0})
+
+
+@pytest.fixture(autouse=True)
+def _local_discovery(monkeypatch):
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+
+
+def _tree_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(file.relative_to(path).as_posix().encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _replay(bag, out, options=ReplayOptions(progress=False), config=CONFIG, runtime=None):
+    return replay(bag, out, config, options, runtime=runtime or FakeRuntime(), domain_id=next(_domains))
+
+
+@pytest.fixture(scope="module")
+def episode_bag(tmp_path_factory):
+    return write_episode(tmp_path_factory.mktemp("episode") / "bag", EPISODE, "mcap")
+
+
+def test_lockstep_actions_equal_direct_runtime_calls_and_the_input_bag_is_untouched(episode_bag, tmp_path):
+    before = _tree_digest(episode_bag)
+    runtime = FakeRuntime()
+    result = _replay(episode_bag, tmp_path / "out", runtime=runtime)
+    assert _tree_digest(episode_bag) == before
+
+    episode = read_episode(episode_bag, TopicMap.for_cameras(runtime.spec.camera_names))
+    steps = plan_steps(episode, CONFIG.schedule.step_period_s)
+    selector = StateSelector(episode, runtime.spec.state_names)
+    start_ns, period_ns = int(CONFIG.schedule.lockstep_start_s * 1e9), int(CONFIG.schedule.step_period_s * 1e9)
+    assert len(result.record.chunks) == len(steps) == 10
+    for k, (step, (produced_ns, chunk)) in enumerate(zip(steps, result.record.chunks)):
+        observation = observation_at(episode, step, selector, start_ns + k * period_ns)
+        noise = stage_noise(CONFIG.stages.noise_seed, "action", k, runtime.spec.noise_shape)
+        direct = infer(runtime, observation, noise)
+        np.testing.assert_array_equal(chunk.actions, direct.actions)
+        assert produced_ns == chunk.stamp_ns == step.bag_ns
+
+
+def test_two_replays_give_identical_outputs(episode_bag, tmp_path):
+    first = _replay(episode_bag, tmp_path / "a")
+    second = _replay(episode_bag, tmp_path / "b")
+    for (t1, c1), (t2, c2) in zip(first.record.chunks, second.record.chunks, strict=True):
+        assert t1 == t2
+        np.testing.assert_array_equal(c1.actions, c2.actions)
+    for (t1, p1), (t2, p2) in zip(first.record.commands, second.record.commands, strict=True):
+        assert t1 == t2
+        np.testing.assert_array_equal(p1, p2)
+    assert first.metrics["actions"] == second.metrics["actions"]
+
+
+def test_output_bag_metrics_and_report(episode_bag, tmp_path):
+    result = _replay(episode_bag, tmp_path / "out", ReplayOptions(progress=False, storage="sqlite3"))
+    store = m.typestore()
+    from rosbags.rosbag2 import Reader
+
+    with Reader(result.output_bag) as reader:
+        topics = {c.topic: c.msgtype for c in reader.connections}
+        chunks = [store.deserialize_cdr(raw, c.msgtype) for c, _, raw in reader.messages()
+                  if c.topic == "/embodied/action_chunk"]
+    assert topics["/embodied/action_chunk"] == m.ACTION_CHUNK
+    assert topics["/joint_trajectory_controller/joint_trajectory"] == m.JOINT_TRAJECTORY
+    assert topics["/embodied/timing"] == m.STAGE_TIMING
+    assert any(p.suffix == ".db3" for p in result.output_bag.iterdir())
+    np.testing.assert_array_equal(m.chunk_actions(chunks[3]), result.record.chunks[3][1].actions)
+
+    metrics = json.loads(result.metrics_path.read_text())
+    assert metrics["schema"] == "embodied_ros.replay/1"
+    assert metrics["run"]["steps"] == 10 and metrics["run"]["chunks"] == 10
+    actions = metrics["actions"]
+    assert actions["available"] and set(actions["per_joint"]) == set(JOINTS)
+    assert len(actions["per_offset"]["mse"]) == 10 and len(actions["per_offset"]["max_abs"]) == 10
+    for key in ("p50", "p95", "p99"):
+        assert metrics["latency"]["step_wall_ms"][key] > 0
+        assert metrics["latency"]["stages_ms"]["action"][key] >= 0
+    assert metrics["commands"]["count"] == 50 and metrics["commands"]["jitter_ms"] == 0.0
+    assert metrics["staleness"]["count"] == 10 and metrics["staleness"]["stale"] == 0
+    assert metrics["frames"]["front"]["recorded"] == 30 and metrics["frames"]["front"]["used"] == 10
+    assert metrics["partial"] is False
+
+    page = result.report_path.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    for title in ("Predicted vs recorded actions", "Error by chunk offset", "Latency per stage", "Staleness over time"):
+        assert f'alt="{title}"' in page
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) >= 4 and all(len(i) > 1000 for i in images)
+
+
+def test_replay_with_a_missing_camera_is_an_error_or_a_partial_result(tmp_path):
+    one_camera = SyntheticConfig(duration_s=0.6, cameras={"front": (24, 32)}, joint_names=JOINTS,
+                                 command_joint_names=JOINTS)
+    bag = write_episode(tmp_path / "bag", one_camera, "sqlite3")
+    with pytest.raises(BagError, match=r"camera 'wrist'.*--allow-missing-cameras"):
+        _replay(bag, tmp_path / "refused")
+    result = _replay(bag, tmp_path / "out", ReplayOptions(progress=False, allow_missing_cameras=True))
+    assert result.metrics["partial"] is True
+    assert any("wrist" in note for note in result.metrics["bag"]["notes"])
+    assert result.metrics["run"]["chunks"] == 6
+    assert "Partial result" in result.report_path.read_text()
+
+
+def test_replay_of_foreign_topic_names_and_array_commands(tmp_path):
+    topic_map = ["camera:front=/robot/front/color", "camera:wrist=/robot/wrist/color", "joint_states=/robot/joints",
+                 "instruction=/robot/task", "array=/robot/position_commands"]
+    episode = SyntheticConfig(duration_s=0.6, cameras={"front": (24, 32), "wrist": (16, 16)}, joint_names=JOINTS,
+                              command_joint_names=JOINTS, command_kind="array")
+    bag = write_episode(tmp_path / "bag", episode, "mcap",
+                        TopicMap.for_cameras(["front", "wrist"]).with_overrides(topic_map))
+    with pytest.raises(BagError, match="does not have"):
+        _replay(bag, tmp_path / "unmapped")
+    result = _replay(bag, tmp_path / "out", ReplayOptions(progress=False, topic_map=tuple(topic_map)))
+    assert result.metrics["bag"]["recorded_commands"] == "/robot/position_commands"
+    assert result.metrics["actions"]["available"]
+    assert result.metrics["run"]["output_topics"]["/embodied/action_chunk"] == 6
+
+
+def test_out_dir_is_never_overwritten_nor_inside_the_bag(episode_bag, tmp_path):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="never overwrites"):
+        _replay(episode_bag, tmp_path / "busy")
+    with pytest.raises(ValueError, match="inside the input bag"):
+        _replay(episode_bag, episode_bag / "report")
