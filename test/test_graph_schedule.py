@@ -74,3 +74,19 @@ def test_config_file_resolves_the_bundle_next_to_it(tmp_path):
     assert config.bundle == str(tmp_path / "bundles" / "tiny")
     assert (config.schedule.perception, config.schedule.prefix) == (2, 2)
     assert GraphConfig().by_reference and not load_config(None, {"layout": "separate"}).by_reference
+
+
+def test_shipped_config_loads_and_documents_every_setting():
+    from pathlib import Path
+
+    from embodied_ros.graph.config import parameter_fields
+    from embodied_ros.graph.paths import default_config
+
+    path = default_config()
+    config = load_config(path)
+    assert config.schedule.perception == 2 and config.controller.rate_hz == 50.0
+    text = Path(path).read_text()
+    for name, spec in parameter_fields():
+        leaf = name.split(".")[-1]
+        assert f"{leaf}:" in text, f"{name} is missing from {path}"
+        assert spec.metadata.get("doc"), f"{name} has no documentation"

@@ -142,7 +142,7 @@ class SyntheticConfig:
 
 @dataclass(frozen=True)
 class GraphConfig:
-    bundle: str = _doc("model bundle directory (relative paths are taken from the config file's folder)", "")
+    bundle: str = _doc("model bundle file (relative paths are taken from the config file's folder)", "")
     backend: str = _doc("kernel backend: numba (CPU) or cuda", "numba")
     layout: str = _doc("composed: all nodes in one process; separate: one process per node", "composed")
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)

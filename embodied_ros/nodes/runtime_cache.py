@@ -13,7 +13,7 @@ _runtimes: dict[tuple[str, str], Runtime] = {}
 def acquire_runtime(bundle: str, backend: str) -> Runtime:
     """Load (once per process) the bundle's runtime; loading compiles its kernels."""
     if not bundle:
-        raise ValueError("no bundle configured: set the `bundle` parameter to a model bundle directory")
+        raise ValueError("no bundle configured: set the `bundle` parameter to a model bundle file")
     with _lock:
         key = (bundle, backend)
         if key not in _runtimes:
