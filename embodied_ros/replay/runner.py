@@ -33,6 +33,7 @@ class ReplayOptions:
     max_steps: int | None = None  # replay only the first steps
     storage: str | None = None  # output bag storage; None: as the input bag
     step_timeout_s: float = 120.0  # lock-step: longest wait for one step (the first includes warm-up)
+    speed: float = 1.0  # realtime: playback speed factor
     read_timeout_s: float = 600.0
     progress: bool = True
 
@@ -41,6 +42,8 @@ class ReplayOptions:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if not 0.01 <= self.speed <= 100.0:
+            raise ValueError(f"speed must be within 0.01..100, got {self.speed}")
         if self.storage not in (None, "mcap", "sqlite3"):
             raise ValueError(f"storage must be mcap or sqlite3, got {self.storage!r}")
 
@@ -70,11 +73,12 @@ def replay(bag: str | Path, out_dir: str | Path, config: GraphConfig, options: R
     from embodied_ros.nodes.runtime_cache import acquire_runtime
 
     bag, out_dir = Path(bag), Path(out_dir)
+    message_count = sum(info.count for info in bag_topics(bag).values())  # a bad bag fails before the model loads
     runtime = runtime or acquire_runtime(config.bundle, config.backend)
     spec = runtime.spec
     cameras = config.inputs.cameras or spec.camera_names
     topic_map = TopicMap.for_cameras(cameras).with_overrides(options.topic_map)
-    episode = _read(bag, topic_map, options)
+    episode = _read(bag, topic_map, options, message_count)
     config = replace(config, inputs=replace(config.inputs, cameras=tuple(c for c in cameras if c in episode.cameras)))
     selector = StateSelector(episode, config.inputs.state_joints or spec.state_names)
     _prepare_out_dir(bag, out_dir)
@@ -91,8 +95,8 @@ def replay(bag: str | Path, out_dir: str | Path, config: GraphConfig, options: R
     return _finish(bag, out_dir, episode, record, config, options, topic_map)
 
 
-def _read(bag: Path, topic_map: TopicMap, options: ReplayOptions) -> Episode:
-    progress = _progress(options, "reading", total=sum(i.count for i in bag_topics(bag).values()))
+def _read(bag: Path, topic_map: TopicMap, options: ReplayOptions, message_count: int) -> Episode:
+    progress = _progress(options, "reading", total=message_count)
     try:
         return read_episode(bag, topic_map, allow_missing_cameras=options.allow_missing_cameras,
                             timeout_s=options.read_timeout_s, on_message=lambda n: progress.update(1))
@@ -191,3 +195,32 @@ def _json_ready(value):
     if isinstance(value, np.integer):
         return int(value)
     return value
+
+
+def summary_lines(result: ReplayResult) -> list[str]:
+    """What the command line prints after a replay."""
+    metrics = result.metrics
+    run, latency, actions = metrics["run"], metrics["latency"], metrics["actions"]
+    lines = [f"replayed {metrics['bag']['path']} ({run['mode']}): {run['steps']} steps, {run['chunks']} chunks "
+             f"in {run['wall_s']:.1f} s"]
+    timing = latency["end_to_end_ms"] if run["mode"] == "realtime" else latency["step_wall_ms"]
+    if timing["count"]:
+        label = "end-to-end" if run["mode"] == "realtime" else "step wall time"
+        lines.append(f"  {label} ms: p50 {timing['p50']:.1f}  p95 {timing['p95']:.1f}  p99 {timing['p99']:.1f}")
+    for stage, dist in latency["stages_ms"].items():
+        if dist["count"]:
+            lines.append(f"  {stage:<12} compute ms: p50 {dist['p50']:.2f}  p99 {dist['p99']:.2f}  (n={dist['count']})")
+    if actions["available"]:
+        worst = max(actions["per_joint"].items(), key=lambda item: item[1]["max_abs"])
+        lines.append(f"  actions vs {actions['reference']}: MSE {actions['mse']:.4g}, worst joint {worst[0]} "
+                     f"(max |error| {worst[1]['max_abs']:.3g}), {actions['compared_rows']} rows compared")
+    else:
+        lines.append(f"  actions not compared: {actions['reason']}")
+    for note in metrics["bag"]["notes"]:
+        lines.append(f"  partial: {note}")
+    if metrics["refused_observations"]["count"]:
+        lines.append(f"  observations refused: {metrics['refused_observations']['count']} "
+                     f"(first: {metrics['refused_observations']['first'][0]['reason']})")
+    lines += [f"  output bag: {result.output_bag}", f"  metrics:    {result.metrics_path}",
+              f"  report:     {result.report_path}"]
+    return lines

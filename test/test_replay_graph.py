@@ -1,4 +1,4 @@
-"""Lock-step replay of bags through the real node graph (rclpy), with the test runtime.
+"""Replay of bags through the real node graph (rclpy), lock-step and realtime, with the test runtime.
 
 Checks: outputs equal direct `pipeline.stages.infer` calls on the same observations and noise; two
 replays are identical; the input bag is untouched; the output bag, metrics.json and report.html hold
@@ -19,7 +19,7 @@ from embodied_ros.graph.noise import stage_noise
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.replay import messages as m
 from embodied_ros.replay.bag_reader import BagError, read_episode
-from embodied_ros.replay.runner import ReplayOptions, replay
+from embodied_ros.replay.runner import ReplayOptions, replay, summary_lines
 from embodied_ros.replay.steps import StateSelector, observation_at, plan_steps
 from embodied_ros.replay.synthetic import SyntheticConfig, write_episode
 from embodied_ros.replay.topics import TopicMap
@@ -157,3 +157,25 @@ def test_out_dir_is_never_overwritten_nor_inside_the_bag(episode_bag, tmp_path):
         _replay(episode_bag, tmp_path / "busy")
     with pytest.raises(ValueError, match="inside the input bag"):
         _replay(episode_bag, episode_bag / "report")
+
+
+def test_realtime_replay_plays_the_episode_into_the_free_running_graph(tmp_path):
+    episode = SyntheticConfig(duration_s=1.0, cameras={"front": (24, 32), "wrist": (16, 16)}, joint_names=JOINTS,
+                              command_joint_names=JOINTS)
+    bag = write_episode(tmp_path / "bag", episode, "mcap")
+    before = _tree_digest(bag)
+    result = _replay(bag, tmp_path / "out", ReplayOptions(progress=False, mode="realtime"))
+    assert _tree_digest(bag) == before
+    metrics = result.metrics
+    assert metrics["run"]["mode"] == "realtime" and metrics["run"]["chunks"] >= 3
+    e2e = metrics["latency"]["end_to_end_ms"]
+    assert e2e["count"] == metrics["run"]["chunks"] and 0 < e2e["p50"] <= e2e["p99"]
+    assert metrics["commands"]["count"] > 10 and metrics["commands"]["period_ms"]["p50"] > 0
+    assert metrics["actions"]["available"]
+    for produced_ns, chunk in result.record.chunks:  # chunks sit on the bag's time axis
+        assert bag_start_ns(bag) <= chunk.stamp_ns <= produced_ns
+    print("\n".join(summary_lines(result)))
+
+
+def bag_start_ns(bag):
+    return read_episode(bag, TopicMap.for_cameras(["front", "wrist"])).start_ns
