@@ -131,3 +131,9 @@ def test_probe_matches_chunks_to_the_stamps_it_sent():
     assert measurement.unmatched_chunks == 0
     assert len(measurement.command_stamps_ns) >= 2
     print(evaluate(measurement, budget).report())
+
+
+def test_a_graph_that_never_came_up_is_reported_as_such():
+    measurement = LatencyMeasurement(problem="graph not up after 5 s; nobody on: camera/front/image_raw")
+    result = evaluate(measurement, _budget())
+    assert not result.passed and result.failures[0].startswith("graph not up")

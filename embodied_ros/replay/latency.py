@@ -95,6 +95,7 @@ class LatencyMeasurement:
     end_to_end_ms: list[float] = field(default_factory=list)  # one per chunk whose stamp the probe sent
     command_stamps_ns: list[int] = field(default_factory=list)  # receive times of controller commands
     unmatched_chunks: int = 0  # chunks whose observation stamp the probe never sent
+    problem: str = ""  # why the measurement stopped early ("" when it ran to the end)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def evaluate(measurement: LatencyMeasurement, budget: LatencyBudget) -> LatencyR
     """Measured numbers vs the budget; a failure names the number, its bound and the deployment."""
     e2e = distribution_ms(measurement.end_to_end_ms[budget.warmup_chunks:])
     period = period_stats(measurement.command_stamps_ns, budget.command_period_s)
-    failures = []
+    failures = [measurement.problem] if measurement.problem else []
     if e2e["count"] < budget.chunks:
         failures.append(f"only {e2e['count']} chunks measured after {budget.warmup_chunks} warm-up, "
                         f"budget asks for {budget.chunks}")

@@ -127,3 +127,40 @@ class LatencyProbe:
         self.executor.remove_node(self.node)
         self.node.destroy_node()
         self.executor.shutdown()
+
+
+def probe_inputs(config, spec=None) -> tuple[dict[str, tuple[int, int]], tuple[str, ...]]:
+    """Cameras (name -> image size) and state joints a graph with this config (and model) subscribes to."""
+    if spec is None:
+        from embodied_ros.nodes.runtime_cache import acquire_runtime
+
+        spec = acquire_runtime(config.bundle, config.backend).spec
+    cameras = {name: tuple(spec.image_size) for name in (config.inputs.cameras or spec.camera_names)}
+    return cameras, tuple(config.inputs.state_joints or spec.state_names)
+
+
+def measure_latency(budget: LatencyBudget, config, *, spec=None, domain_id: int | None = None, namespace: str = ""):
+    """Probe a running graph (started by whoever: launch, `embodied-ros up`, a test) against `budget`.
+    `spec`: the model's ModelSpec (default: from the config's bundle). Prints the measured numbers and
+    returns the LatencyResult; the caller asserts `result.passed`."""
+    import rclpy
+    from rclpy.context import Context
+
+    from embodied_ros.replay.latency import evaluate
+
+    cameras, joints = probe_inputs(config, spec)
+    context = Context()
+    rclpy.init(context=context, domain_id=domain_id)
+    probe = LatencyProbe(cameras, joints, command_output=config.controller.output, context=context,
+                         namespace=namespace)
+    try:
+        measurement = probe.measure(budget)
+    except TimeoutError as error:
+        measurement = probe.measurement
+        measurement.problem = str(error)
+    finally:
+        probe.close()
+        rclpy.try_shutdown(context=context)
+    result = evaluate(measurement, budget)
+    print(result.report(), flush=True)
+    return result

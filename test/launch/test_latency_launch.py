@@ -1,0 +1,51 @@
+"""Latency gate on a ROS 2 install: the graph started by launch/pi05.launch.py, measured from outside.
+
+    launch_test test/launch/test_latency_launch.py                     # budget config/budgets/ci.yaml
+    EMBODIED_ROS_BUDGET=workstation-cpu EMBODIED_ROS_LAYOUT=separate launch_test test/launch/test_latency_launch.py
+
+The probe publishes stamped observations, collects the action chunks answering them and the
+controller's commands, and checks p50/p99 end-to-end latency and the command period error against
+the budget, printing the measured numbers either way. test/test_latency_graph.py runs the very same
+check on a graph started by `embodied-ros up` (for machines without `launch`).
+"""
+
+import os
+import unittest
+
+import launch
+import launch_testing
+import launch_testing.actions
+import launch_testing.asserts
+import pytest
+from launch.actions import IncludeLaunchDescription
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+
+from embodied_ros.graph.config import load_config
+from embodied_ros.graph.paths import default_config, package_root
+from embodied_ros.replay.latency import load_budget
+from embodied_ros.replay.latency_probe import measure_latency
+
+BUDGET = load_budget(os.environ.get("EMBODIED_ROS_BUDGET", "ci"))
+LAYOUT = os.environ.get("EMBODIED_ROS_LAYOUT", "composed")
+CONFIG = os.environ.get("EMBODIED_ROS_CONFIG", str(default_config()))
+
+
+@pytest.mark.launch_test
+def generate_test_description():
+    graph = IncludeLaunchDescription(
+        PythonLaunchDescriptionSource(str(package_root() / "launch" / "pi05.launch.py")),
+        launch_arguments={"config": CONFIG, "layout": LAYOUT}.items(),
+    )
+    return launch.LaunchDescription([graph, launch_testing.actions.ReadyToTest()]), {}
+
+
+class TestLatencyWithinBudget(unittest.TestCase):
+    def test_end_to_end_latency_and_command_period(self):
+        result = measure_latency(BUDGET, load_config(CONFIG))
+        self.assertTrue(result.passed, result.report())
+
+
+@launch_testing.post_shutdown_test()
+class TestGraphShutsDownCleanly(unittest.TestCase):
+    def test_exit_codes(self, proc_info):
+        launch_testing.asserts.assertExitCodes(proc_info)
