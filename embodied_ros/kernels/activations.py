@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 from embodied_ros.kernels._jit import jit
@@ -48,15 +47,15 @@ def _gelu_scalar(x):  # pragma: no cover - compiled
     return np.float32(0.5) * x * (np.float32(1.0) + tanh_f32(inner))
 
 
-@jit(parallel=True)
+@jit()
 def _gelu_flat(x, out):  # pragma: no cover - compiled
-    for i in numba.prange(x.size):
+    for i in range(x.size):
         out[i] = _gelu_scalar(x[i])
 
 
-@jit(parallel=True)
+@jit()
 def _gelu_mul_flat(gate, up, out):  # pragma: no cover - compiled
-    for i in numba.prange(gate.size):
+    for i in range(gate.size):
         out[i] = _gelu_scalar(gate[i]) * up[i]
 
 

@@ -11,13 +11,13 @@ cached_attention  a few new tokens reading [cached prefix ; themselves]: the act
                   cache keys may carry an additive per-key bias [N] (masked padding rows); every
                   new token reads every new token (no causal mask).
 
-The numba kernel works per (query, head) row, with keys transposed to [Hkv, d, Tk] so the score
-loop runs along contiguous keys and vectorizes; exp is the vectorizable one of `_vector_math`.
+The CPU kernel leaves the two matrix products to BLAS (queries of all heads sharing a kv head form
+one matrix, so a single kv head means one GEMM for all scores) and fuses scaling, masking and the
+softmax into one numba pass over the scores, with the vectorizable exp of `_vector_math`.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from embodied_ros.kernels._jit import jit
@@ -95,66 +95,62 @@ def cached_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, ca
     return attention(q, keys, values, bias)
 
 
-@jit(parallel=True, fastmath={"reassoc", "contract"})
-def _attend(q, k_t, v, bias, key_bias, out):  # pragma: no cover - compiled
-    # q: [Tq, Hq, d], k_t: [Hkv, d, Tk], v: [Tk, Hkv, d], bias: [Tq, Tk] or [0, 0],
-    # key_bias: [Tk] or [0] -> out: [Tq, Hq, d]
-    n_queries, n_heads, width = q.shape
-    n_keys = k_t.shape[2]
-    group = n_heads // k_t.shape[0]
-    scale = np.float32(width ** -0.5)
-    for row in numba.prange(n_queries * n_heads):
-        i = row // n_heads
-        h = row % n_heads
-        g = h // group
-        scores = np.zeros(n_keys, np.float32)
-        for c in range(width):
-            qc = q[i, h, c]
-            for j in range(n_keys):
-                scores[j] += qc * k_t[g, c, j]
-        top = np.float32(-np.inf)
-        for j in range(n_keys):
-            s = scores[j] * scale
-            if bias.shape[0]:
-                s += bias[i, j]
-            if key_bias.shape[0]:
-                s += key_bias[j]
-            scores[j] = s
-            top = max(top, s)
-        total = np.float32(0.0)
-        for j in range(n_keys):
-            e = exp_f32(scores[j] - top)
-            scores[j] = e
-            total += e
-        acc = np.zeros(width, np.float32)
-        for j in range(n_keys):
-            p = scores[j]
-            for c in range(width):
-                acc[c] += p * v[j, g, c]
-        inv = np.float32(1.0) / total
-        for c in range(width):
-            out[i, h, c] = acc[c] * inv
+@jit(fastmath={"reassoc", "contract"})
+def _softmax_rows(scores, scale, bias, bias_row_stride, key_bias):  # pragma: no cover - compiled
+    # scores: [G, R, Tk] raw dot products, softmaxed in place; row r of each group reads
+    # bias[r // bias_row_stride] ([Tq, Tk], or [0, 0] for none) and key_bias ([Tk], or [0])
+    groups, rows, keys = scores.shape
+    for g in range(groups):
+        for r in range(rows):
+            row = scores[g, r]
+            top = np.float32(-np.inf)
+            for j in range(keys):
+                s = row[j] * scale
+                if bias.shape[0]:
+                    s += bias[r // bias_row_stride, j]
+                if key_bias.shape[0]:
+                    s += key_bias[j]
+                row[j] = s
+                top = max(top, s)
+            total = np.float32(0.0)
+            for j in range(keys):
+                e = exp_f32(row[j] - top)
+                row[j] = e
+                total += e
+            inv = np.float32(1.0) / total
+            for j in range(keys):
+                row[j] *= inv
 
 
 _NO_BIAS_2D = np.zeros((0, 0), np.float32)
 _NO_BIAS_1D = np.zeros(0, np.float32)
 
 
-def _run(q, keys, values, bias, key_bias):
-    q = np.ascontiguousarray(q, dtype=np.float32)
-    k_t = np.ascontiguousarray(keys.transpose(1, 2, 0), dtype=np.float32)  # [Hkv, d, Tk]
-    values = np.ascontiguousarray(values, dtype=np.float32)
-    out = np.empty(q.shape, np.float32)
-    _attend(q, k_t, values, bias, key_bias, out)
-    return out
+def _grouped(q, keys, values, bias, key_bias):
+    """Attention with the query heads of each kv head stacked into one matrix product.
+
+    Rows of group g are (query i, head j of the group) in that order, so one GEMM per kv head
+    computes every score; with a single kv head (Gemma, the pi0.5 expert) the whole attention is
+    two GEMMs and one softmax pass.
+    """
+    n_queries, n_heads, width = q.shape
+    n_keys, n_kv = keys.shape[0], keys.shape[1]
+    group = n_heads // n_kv
+    q_groups = q.reshape(n_queries, n_kv, group, width).transpose(1, 0, 2, 3).reshape(n_kv, n_queries * group, width)
+    scores = np.matmul(q_groups, keys.transpose(1, 2, 0))  # [Hkv, Tq * group, Tk]
+    _softmax_rows(scores, np.float32(width ** -0.5), bias, group, key_bias)
+    out = np.matmul(scores, values.transpose(1, 0, 2))  # [Hkv, Tq * group, d]
+    return out.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
 
 
 @kernel("attention", "numba")
 def attention_numba(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     _check_heads("attention", q, k, v)
-    bias = _NO_BIAS_2D if bias is None else np.ascontiguousarray(np.broadcast_to(bias, (q.shape[0], k.shape[0])),
-                                                                 dtype=np.float32)
-    return _run(q, k, v, bias, _NO_BIAS_1D)
+    if bias is None:
+        bias = _NO_BIAS_2D
+    else:
+        bias = np.ascontiguousarray(np.broadcast_to(bias, (q.shape[0], k.shape[0])), dtype=np.float32)
+    return _grouped(q, k, v, bias, _NO_BIAS_1D)
 
 
 @kernel("cached_attention", "numba")
@@ -166,4 +162,4 @@ def cached_attention_numba(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarr
     key_bias = _NO_BIAS_1D
     if cache_bias is not None:
         key_bias = np.concatenate([cache_bias, np.zeros(k_new.shape[0], np.float32)]).astype(np.float32)
-    return _run(q, keys, values, _NO_BIAS_2D, key_bias)
+    return _grouped(q, keys, values, _NO_BIAS_2D, key_bias)

@@ -5,14 +5,13 @@ ada_rms_norm  pi0.5 expert (adaptive RMSNorm): x * rsqrt(mean(x^2) + eps) * (1 +
               scale and shift computed from the time conditioning
 layer_norm    SigLIP:    (x - mean) * rsqrt(var + eps) * w + b  (biased variance)
 
-The numba kernels are parallel over rows, release the GIL, and accumulate in float32 like the
+The numba kernels make one pass per row, release the GIL, and accumulate in float32 like the
 PyTorch reference; `fastmath` is limited to reassociation and contraction (sums vectorize) so no
 approximate math functions slip in.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from embodied_ros.kernels._jit import jit
@@ -70,11 +69,11 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) 
     return centered / np.sqrt(variance + np.float32(eps)) * weight + bias
 
 
-@jit(parallel=True, fastmath=_FAST)
+@jit(fastmath=_FAST)
 def _rms_norm_affine(x, scale, shift, eps):  # pragma: no cover - compiled
     rows, width = x.shape
     out = np.empty_like(x)
-    for r in numba.prange(rows):
+    for r in range(rows):
         total = np.float32(0.0)
         for c in range(width):
             total += x[r, c] * x[r, c]
@@ -94,11 +93,11 @@ def ada_rms_norm_numba(x: np.ndarray, scale: np.ndarray, shift: np.ndarray, eps:
     return _rms_norm_affine(x, scale, shift, eps)
 
 
-@jit(parallel=True, fastmath=_FAST)
+@jit(fastmath=_FAST)
 def _layer_norm(x, weight, bias, eps):  # pragma: no cover - compiled
     rows, width = x.shape
     out = np.empty_like(x)
-    for r in numba.prange(rows):
+    for r in range(rows):
         total = np.float32(0.0)
         for c in range(width):
             total += x[r, c]

@@ -8,7 +8,6 @@ per entry), so angles at long positions match the reference bit for bit before c
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from embodied_ros.kernels._jit import jit
@@ -43,12 +42,12 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return x * cos[:, None, :] + rotated * sin[:, None, :]
 
 
-@jit(parallel=True)
+@jit()
 def _rope(x, cos, sin):  # pragma: no cover - compiled
     tokens, heads, head_dim = x.shape
     half = head_dim // 2
     out = np.empty_like(x)
-    for t in numba.prange(tokens):
+    for t in range(tokens):
         for h in range(heads):
             for i in range(half):
                 a = x[t, h, i]

@@ -9,7 +9,7 @@ action expert (1024 x 18, mlp 4096); both Gemmas use 8 query heads, 1 kv head, h
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 DEFAULT_ACTION_PERIOD_S = 0.02  # 50 Hz; LeRobot checkpoints do not record the control rate
@@ -108,12 +108,15 @@ class Pi05Config:
     time_max_period: float = 4.0
     action_period_s: float = DEFAULT_ACTION_PERIOD_S
     noise_seed: int = DEFAULT_NOISE_SEED
-    extra: Mapping[str, Any] = field(default_factory=dict)  # provenance, never read by the math
+    # per action column: add the raw state of the same index after de-normalization (LeRobot's
+    # relative actions); empty = absolute actions
+    relative_action_mask: tuple[bool, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "camera_names", tuple(self.camera_names))
         object.__setattr__(self, "state_names", tuple(self.state_names))
         object.__setattr__(self, "action_names", tuple(self.action_names))
+        object.__setattr__(self, "relative_action_mask", tuple(bool(b) for b in self.relative_action_mask))
         _positive("pi05", vocab_size=self.vocab_size, chunk_size=self.chunk_size,
                   max_action_dim=self.max_action_dim, max_state_dim=self.max_state_dim,
                   num_inference_steps=self.num_inference_steps, tokenizer_max_length=self.tokenizer_max_length)
@@ -134,6 +137,10 @@ class Pi05Config:
         _require(0 < self.time_min_period < self.time_max_period,
                  f"time periods must satisfy 0 < min < max, got {self.time_min_period}, {self.time_max_period}")
         _require(expert.width % 2 == 0, f"expert width must be even (sin/cos time embedding), got {expert.width}")
+        if self.relative_action_mask:
+            _require(len(self.relative_action_mask) == self.action_dim <= self.state_dim,
+                     f"relative actions need one flag per action ({self.action_dim}) and a state at least as long, "
+                     f"got {len(self.relative_action_mask)} flags and {self.state_dim} state values")
 
     @property
     def action_dim(self) -> int:
@@ -154,9 +161,8 @@ class Pi05Config:
     def to_dict(self) -> dict[str, Any]:
         """Plain nested values (JSON-safe) that `from_dict` reads back."""
         values = asdict(self)
-        for key in ("camera_names", "state_names", "action_names"):
+        for key in ("camera_names", "state_names", "action_names", "relative_action_mask"):
             values[key] = list(values[key])
-        values["extra"] = dict(self.extra)
         return values
 
     @classmethod
@@ -172,6 +178,26 @@ class Pi05Config:
             return cls(**values)
         except (KeyError, TypeError) as error:
             raise ValueError(f"incomplete or malformed pi05 config: {error}") from None
+
+    def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(model config, solver settings, robot metadata) as a bundle stores them."""
+        values = self.to_dict()
+        solver = {"method": "euler", "num_inference_steps": values.pop("num_inference_steps"),
+                  "noise_seed": values.pop("noise_seed")}
+        robot = {key: values.pop(key) for key in _ROBOT_KEYS}
+        return values, solver, robot
+
+    @classmethod
+    def from_bundle_sections(cls, model: Mapping[str, Any], solver: Mapping[str, Any],
+                             robot: Mapping[str, Any]) -> "Pi05Config":
+        method = solver.get("method", "euler")
+        _require(method == "euler", f"pi05 runs the Euler solver; the bundle asks for {method!r}")
+        values = dict(model)
+        values["num_inference_steps"] = solver["num_inference_steps"]
+        values["noise_seed"] = solver.get("noise_seed", DEFAULT_NOISE_SEED)
+        values.update({key: robot[key] for key in _ROBOT_KEYS})
+        values.setdefault("relative_action_mask", ())
+        return cls.from_dict(values)
 
     @classmethod
     def from_fixture_json(cls, record: Mapping[str, Any]) -> "Pi05Config":
@@ -198,6 +224,9 @@ class Pi05Config:
             )
         except KeyError as error:
             raise ValueError(f"reference record config.json lacks {error}") from None
+
+
+_ROBOT_KEYS = ("state_names", "action_names", "action_period_s")
 
 
 def _gemma_from_record(part: Mapping[str, Any]) -> GemmaConfig:

@@ -97,9 +97,9 @@ class Pi05Model:
                     full_lm: bool = False) -> tuple[PrefixCache, np.ndarray]:
         """The one LM pass of an observation -> (sealed cache, LM hidden states).
 
-        With `full_lm` every LM layer runs to its end and the hidden states are the last layer's
-        output (the reference's pre-final-norm tap); otherwise only the layers the expert reads
-        run, the last of them only up to its K/V.
+        With `full_lm` every LM layer runs to its end, the cache holds every layer and the hidden
+        states are the last layer's output (the reference's pre-final-norm tap); otherwise only
+        the layers the expert reads run, the last of them only up to its K/V.
         """
         lm = self.config.lm
         x = self.prefix_embeddings(image_tokens, tokens)
@@ -113,11 +113,7 @@ class Pi05Model:
         builder = PrefixCacheBuilder.allocate(len(layers), x.shape[0], lm.num_kv_heads, lm.head_dim)
         hidden = gemma.prefix_pass(self.ks, lm, layers, x, rope_tables(positions, lm.head_dim, lm.rope_theta),
                                    layout.attention_bias(pad), builder, full_last_layer=full_lm)
-        cache = builder.seal(pad, stamp_ns)
-        if full_lm:
-            cache = PrefixCache(cache.keys[: self.config.expert.depth], cache.values[: self.config.expert.depth],
-                                cache.valid, stamp_ns)
-        return cache, hidden
+        return builder.seal(pad, stamp_ns), hidden
 
     # ---- actions ---------------------------------------------------------------------------
 
