@@ -21,7 +21,7 @@ def test_every_case_within_tolerance(folder, backend):
 @pytest.mark.parametrize("folder", [TINY, SMALL], ids=["tiny", "small"])
 def test_masked_prefix_oracle_matches_reference_and_compacted_prefix(folder):
     _, _, cases = record(folder)
-    m = model(folder, "numpy")
+    m = model(folder, "numba")
     for k in range(case_count(cases)):
         masked, compact = run_case(m, cases, k, compact=False), run_case(m, cases, k, compact=True)
         assert np.abs(masked - cases[f"case{k}_actions"]).max() < TOLERANCE

@@ -35,9 +35,10 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.model"
 
-# what LeRobot builds for each variant name (heads are all the checkpoint cannot tell)
-_GEMMA_VARIANTS = {"gemma_2b": {"width": 2048, "num_heads": 8, "num_kv_heads": 1},
-                   "gemma_300m": {"width": 1024, "num_heads": 8, "num_kv_heads": 1}}
+# head counts LeRobot builds for each variant name (the one thing shapes cannot tell). pi0.5's
+# attention shape is fixed by the variant (8 query heads; the expert must match the LM's K/V), so
+# the Gemma counts hold for any width; SigLIP's are only known for the so400m width.
+_GEMMA_VARIANTS = {"gemma_2b": {"num_heads": 8}, "gemma_300m": {"num_heads": 8}}
 _SIGLIP_SO400M = {"width": 1152, "num_heads": 16}
 
 
@@ -155,7 +156,7 @@ def _heads(hints: Mapping[str, Any], part: str, variant: Mapping[str, int] | Non
     hint = hints.get(f"{part}.{key}")
     if hint is not None:
         return int(hint)
-    if variant is not None and variant["width"] == width and key in variant:
+    if variant is not None and variant.get("width", width) == width and key in variant:
         return variant[key]
     raise ValueError(f"{part}.{key} cannot be read from the weights ({part} width {width} matches no known "
                      f"variant); pass it as an override, e.g. {part}.{key}=N")
