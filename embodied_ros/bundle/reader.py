@@ -112,6 +112,15 @@ class Bundle:
     def weight_names(self) -> list[str]:
         return [n for n in self._extents if not n.startswith(layout.RESERVED_TENSOR_PREFIXES)]
 
+    @cached_property
+    def weight_groups(self) -> dict[str, str]:
+        """weight name -> its group, as the converter grouped it for the quantization plan."""
+        groups = self.value(layout.KEY_WEIGHT_GROUPS, [])
+        names = self.weight_names
+        if len(groups) != len(names):
+            return {name: layout.group_of(name) for name in names}
+        return dict(zip(names, groups))
+
     def tensor_info(self, name: str) -> TensorInfo:
         e = self._extent(name)
         return TensorInfo(e.name, layout.TYPE_NAMES[e.ggml_type], e.shape, e.nbytes, e.start)

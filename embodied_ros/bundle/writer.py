@@ -180,7 +180,9 @@ class BundleWriter:
         kv = {layout.KEY_FORMAT_VERSION: (layout.FORMAT_VERSION, GGUFValueType.UINT32, None),
               layout.KEY_DIGEST: (layout.DIGEST_PLACEHOLDER, GGUFValueType.STRING, None),
               layout.KEY_WRITER: (f"embodied_ros {embodied_ros.__version__}", GGUFValueType.STRING, None),
-              layout.KEY_QUANT_PLAN: (str(self.plan), GGUFValueType.STRING, None)}
+              layout.KEY_QUANT_PLAN: (str(self.plan), GGUFValueType.STRING, None),
+              layout.KEY_WEIGHT_GROUPS: ([self.group_of(name) for name in self._weights], GGUFValueType.ARRAY,
+                                         GGUFValueType.STRING)}
         for key, (value, vtype, sub_type) in (kv | self._kv | self._config).items():
             writer.add_key_value(key, value, vtype, sub_type)
         for entry in entries:

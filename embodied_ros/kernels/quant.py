@@ -20,12 +20,12 @@ kernel. Matrix products with quantized weights are in `kernels/linear.py`; the e
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 
+from embodied_ros.kernels._jit import jit
 from embodied_ros.kernels.registry import kernel, reference
 
 
@@ -171,92 +171,73 @@ def dequantize(tensor: QuantTensor) -> np.ndarray:
     return _DEQUANTIZE_BLOCKS[tensor.qtype](blocks).reshape(tensor.shape)
 
 
-# ---- numba --------------------------------------------------------------------------------------
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def f16_bits_to_f32(low: np.uint8, high: np.uint8) -> np.float32:
-    """IEEE half (two little-endian bytes) -> float32; numba has no float16 type on the CPU."""
-    bits = np.int64(low) | (np.int64(high) << 8)
-    exponent = (bits >> 10) & 31
-    mantissa = bits & 1023
-    if exponent == 0:
-        value = math.ldexp(float(mantissa), -24)
-    elif exponent == 31:
-        value = math.inf if mantissa == 0 else math.nan
-    else:
-        value = math.ldexp(float(mantissa + 1024), exponent - 25)
-    return np.float32(-value if bits >> 15 else value)
+# ---- numba ------------------------------------------------------------------------------------
+# numba has no float16 on the CPU: f16 fields are decoded through this table, indexed by their bits.
+F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def q4_k_scale_min(packed: np.ndarray, base: int, s: int) -> tuple[int, int]:
-    """6-bit (sc, m) of sub-block s from the 12 scale bytes at packed[base:base + 12]."""
+@jit(inline="always")
+def f16_at(row: np.ndarray, index: int, f16_to_f32: np.ndarray) -> np.float32:
+    """float32 value of the little-endian f16 at row[index:index + 2]."""
+    return f16_to_f32[np.int64(row[index]) | (np.int64(row[index + 1]) << 8)]
+
+
+@jit(inline="always")
+def q4_k_scale_min(row: np.ndarray, base: int, s: int) -> tuple[int, int]:
+    """6-bit (sc, m) of sub-block s from the 12 scale bytes at row[base:base + 12]."""
     if s < 4:
-        return packed[base + s] & 63, packed[base + s + 4] & 63
-    sc = (packed[base + s + 4] & 15) | ((packed[base + s - 4] >> 6) << 4)
-    m = (packed[base + s + 4] >> 4) | ((packed[base + s] >> 6) << 4)
+        return row[base + s] & 63, row[base + s + 4] & 63
+    sc = (row[base + s + 4] & 15) | ((row[base + s - 4] >> 6) << 4)
+    m = (row[base + s + 4] >> 4) | ((row[base + s] >> 6) << 4)
     return sc, m
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def q4_k_decode_block(row: np.ndarray, base: int, q: np.ndarray, scale: np.ndarray, offset: np.ndarray) -> None:
-    """Block at row[base:base + 144] -> q[256] (levels 0..15 as float), scale[8], offset[8]."""
-    d = f16_bits_to_f32(row[base], row[base + 1])
-    dmin = f16_bits_to_f32(row[base + 2], row[base + 3])
-    for s in range(8):
-        sc, m = q4_k_scale_min(row, base + 4, s)
-        scale[s] = d * np.float32(sc)
-        offset[s] = dmin * np.float32(m)
-    for c in range(4):
-        for lane in range(32):
-            byte = row[base + 16 + 32 * c + lane]
-            q[64 * c + lane] = np.float32(byte & 15)
-            q[64 * c + 32 + lane] = np.float32(byte >> 4)
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def dequantize_q8_0_rows(data: np.ndarray, out: np.ndarray) -> None:
+@jit(parallel=True)
+def dequantize_q8_0_rows(data, f16_to_f32, out):
     # data: [R, nb * 34] uint8 -> out: [R, nb * 32] float32
-    n_blocks = data.shape[1] // 34
     for r in numba.prange(data.shape[0]):
-        for b in range(n_blocks):
-            d = f16_bits_to_f32(data[r, 34 * b], data[r, 34 * b + 1])
-            for k in range(32):
-                q = np.int8(data[r, 34 * b + 2 + k])
-                out[r, 32 * b + k] = d * np.float32(q)
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def dequantize_q4_k_rows(data: np.ndarray, out: np.ndarray) -> None:
-    # data: [R, nb * 144] uint8 -> out: [R, nb * 256] float32
-    n_blocks = data.shape[1] // 144
-    for r in numba.prange(data.shape[0]):
-        q = np.empty(256, np.float32)
-        scale = np.empty(8, np.float32)
-        offset = np.empty(8, np.float32)
         row = data[r]
-        for b in range(n_blocks):
-            q4_k_decode_block(row, 144 * b, q, scale, offset)
-            for s in range(8):
-                for k in range(32):
-                    out[r, 256 * b + 32 * s + k] = scale[s] * q[32 * s + k] - offset[s]
+        for b in range(data.shape[1] // 34):
+            d = f16_at(row, 34 * b, f16_to_f32)
+            for k in range(32):
+                out[r, 32 * b + k] = d * np.float32(np.int8(row[34 * b + 2 + k]))
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def dequantize_bf16_rows(data: np.ndarray, out: np.ndarray) -> None:
-    # data: [R, n * 2] uint8 -> out: [R, n] float32 (viewed as uint32 by the caller)
+@jit(parallel=True)
+def dequantize_q4_k_rows(data, f16_to_f32, out):
+    # data: [R, nb * 144] uint8 -> out: [R, nb * 256] float32
     for r in numba.prange(data.shape[0]):
-        for k in range(out.shape[1]):
-            out[r, k] = (np.uint32(data[r, 2 * k]) << 16) | (np.uint32(data[r, 2 * k + 1]) << 24)
+        row = data[r]
+        for b in range(data.shape[1] // 144):
+            base = 144 * b
+            d, dmin = f16_at(row, base, f16_to_f32), f16_at(row, base + 2, f16_to_f32)
+            for c in range(4):  # sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
+                sc_low, m_low = q4_k_scale_min(row, base + 4, 2 * c)
+                sc_high, m_high = q4_k_scale_min(row, base + 4, 2 * c + 1)
+                scale_low, offset_low = d * np.float32(sc_low), dmin * np.float32(m_low)
+                scale_high, offset_high = d * np.float32(sc_high), dmin * np.float32(m_high)
+                col = 256 * b + 64 * c
+                for lane in range(32):
+                    byte = row[base + 16 + 32 * c + lane]
+                    out[r, col + lane] = scale_low * np.float32(byte & 15) - offset_low
+                    out[r, col + 32 + lane] = scale_high * np.float32(byte >> 4) - offset_high
+
+
+@jit(parallel=True)
+def dequantize_bf16_rows(data, out_bits):
+    # data: [R, n * 2] uint8 -> out_bits: [R, n] uint32, the float32 bit patterns
+    for r in numba.prange(data.shape[0]):
+        for k in range(out_bits.shape[1]):
+            out_bits[r, k] = (np.uint32(data[r, 2 * k]) << 16) | (np.uint32(data[r, 2 * k + 1]) << 24)
 
 
 def dequantize_rows_into(tensor: QuantTensor, start: int, stop: int, out: np.ndarray) -> None:
     """Rows start..stop of a 2-D QuantTensor, dequantized by numba into out: [stop - start, in] float32."""
     data = tensor.data[start:stop]
     if tensor.qtype == "q8_0":
-        dequantize_q8_0_rows(data, out)
+        dequantize_q8_0_rows(data, F16_TO_F32, out)
     elif tensor.qtype == "q4_k":
-        dequantize_q4_k_rows(data, out)
+        dequantize_q4_k_rows(data, F16_TO_F32, out)
     else:
         dequantize_bf16_rows(data, out.view(np.uint32))
 
