@@ -9,8 +9,9 @@ Family entry points (see embodied_ros/bundle/__init__.py and pipeline/stages.py)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE, PRESETS, LingbotVAConfig
-from embodied_ros.models.lingbot_va.parity import recognizes_fixture, run_block_reference, run_fixture_parity
 
 
 def load_runtime(bundle, backend: str = "numba"):
@@ -32,8 +33,24 @@ def load_runtime(bundle, backend: str = "numba"):
 
 def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     """Run the bundle's reference record: (largest max-abs error over its cases, tolerance)."""
+    from embodied_ros.models.lingbot_va.parity import run_block_reference
+
     results = run_block_reference(bundle, backend)
     return max(r.max_abs_error for r in results), results[0].tolerance
+
+
+def recognizes_fixture(path: str | Path) -> bool:
+    """`embodied-ros parity`: True for a Wan block record folder (block.safetensors + cases)."""
+    from embodied_ros.models.lingbot_va.parity import recognizes_fixture as recognizes
+
+    return recognizes(Path(path))
+
+
+def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "numba") -> list:
+    """`embodied-ros parity`: the record's block stored as `quant`, every case run; CaseResults."""
+    from embodied_ros.models.lingbot_va.parity import run_fixture_parity as run
+
+    return run(Path(path), quant, backend)
 
 
 __all__ = ["ARCHITECTURE", "PRESETS", "LingbotVAConfig", "load_runtime", "recognizes_fixture",
