@@ -14,6 +14,7 @@ in separate processes.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
@@ -33,6 +34,7 @@ from trajectory_msgs.msg import JointTrajectory
 from embodied_ros.deploy.messages import command_positions
 from embodied_ros.graph.composed import ComposedGraph, graph_nodes
 from embodied_ros.graph.config import GraphConfig
+from embodied_ros.graph.paths import dds_environment
 from embodied_ros.graph.schedule import StepClock, runs_on
 from embodied_ros.graph.stats import status_values
 from embodied_ros.graph.topics import (
@@ -98,6 +100,8 @@ class LockstepGraph:
         self.node_names = graph_nodes(self.spec.has_world_model)
         self.cameras = self.config.inputs.cameras or self.spec.camera_names
         self.state_joints = self.config.inputs.state_joints or self.spec.state_names
+        if self.separate_graph is not None:
+            os.environ.update(dds_environment())  # the driver must use the nodes' DDS transports
         self.context = Context()
         rclpy.init(context=self.context, domain_id=self.domain_id)
         self.driver = Node("lockstep_driver", context=self.context, namespace=self.namespace)
