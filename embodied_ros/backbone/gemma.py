@@ -3,10 +3,13 @@
 Axes: n prefix tokens, D width, H query heads, K kv heads (1 in pi0.5), d head width, F mlp width.
 
     h = rms(x) * (1 + w_attn)
-    q, k, v = h Wq, h Wk, h Wv                     -> [n, H, d], [n, K, d], [n, K, d]; RoPE on q, k
+    q, k, v = h [Wq; Wk; Wv]                       -> [n, H, d], [n, K, d], [n, K, d]; RoPE on q, k
     x += attn_out(attention(q, k, v, bias))        k (after RoPE) and v go to the cache
     h = rms(x) * (1 + w_ffn)
-    x += ffn_down(gelu_tanh(ffn_gate(h)) * ffn_up(h))
+    x += ffn_down(gelu_tanh(ffn_gate(h)) * ffn_up(h))       (gate and up as one product)
+
+Layers come with their projections stacked (`fuse_layer`, once at load): fewer, larger matrix
+products, which matters most for the action expert's 50-token steps.
 
 pi0.5 reads only the per-layer K/V of the prefix (the LM's output hidden state is unused), so the
 last layer stops after its K/V projections unless the caller asks for the full output.
@@ -19,28 +22,75 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from embodied_ros.backbone.prefix_cache import PrefixCacheBuilder
+from embodied_ros.kernels.quant import QuantTensor
 
 if TYPE_CHECKING:
     from embodied_ros.models.pi05.config import GemmaConfig
 
 
+def stack_rows(weights: Sequence[Any]) -> Any:
+    """Weights [out_i, in] -> one weight [sum out_i, in] (float arrays or quantized tensors).
+
+    Quantized rows are independent, so stacking their blocks is exact; mixed types are expanded
+    to float32 first.
+    """
+    if all(isinstance(w, QuantTensor) for w in weights) and len({w.qtype for w in weights}) == 1:
+        data = np.concatenate([w.data for w in weights])
+        return QuantTensor(weights[0].qtype, (data.shape[0], weights[0].shape[1]), data)
+    return np.concatenate([w.dequantize() if isinstance(w, QuantTensor) else np.asarray(w, np.float32)
+                           for w in weights])
+
+
+def row_slice(weight: Any, start: int, stop: int) -> Any:
+    """Rows start..stop of a weight, as a view."""
+    if isinstance(weight, QuantTensor):
+        return QuantTensor(weight.qtype, (stop - start, weight.shape[1]), weight.data[start:stop])
+    return weight[start:stop]
+
+
+def fuse_layer(cfg: "GemmaConfig", w: Mapping[str, Any]) -> dict[str, Any]:
+    """A layer's tensors with q/k/v and gate/up stacked, so each is one matrix product.
+
+    Adds `attn_qkv.weight` [(H + 2K) d, D], its K/V rows `attn_kv.weight` (a view) and
+    `ffn_gate_up.weight` [2F, D]; the separate projections are dropped.
+    """
+    fused = {name: weight for name, weight in w.items()
+             if name not in ("attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight")}
+    qkv = stack_rows([w["attn_q.weight"], w["attn_k.weight"], w["attn_v.weight"]])
+    q_rows = cfg.num_heads * cfg.head_dim
+    fused["attn_qkv.weight"] = qkv
+    fused["attn_kv.weight"] = row_slice(qkv, q_rows, q_rows + 2 * cfg.num_kv_heads * cfg.head_dim)
+    fused["ffn_gate_up.weight"] = stack_rows([w["ffn_gate.weight"], w["ffn_up.weight"]])
+    return fused
+
+
+def _split_heads(projected: np.ndarray, heads: int, head_dim: int) -> np.ndarray:
+    return projected.reshape(projected.shape[0], heads, head_dim)
+
+
 def project_kv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos: np.ndarray,
                sin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Normed tokens [n, D] -> keys (after RoPE) and values [n, K, d]."""
-    shape = (h.shape[0], cfg.num_kv_heads, cfg.head_dim)
-    keys = ks.rope(ks.linear(h, w["attn_k.weight"]).reshape(shape), cos, sin)
-    return keys, ks.linear(h, w["attn_v.weight"]).reshape(shape)
+    kv = ks.linear(h, w["attn_kv.weight"])
+    width = cfg.num_kv_heads * cfg.head_dim
+    keys = ks.rope(_split_heads(kv[:, :width], cfg.num_kv_heads, cfg.head_dim), cos, sin)
+    return keys, _split_heads(kv[:, width:], cfg.num_kv_heads, cfg.head_dim)
 
 
-def project_queries(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos: np.ndarray,
-                    sin: np.ndarray) -> np.ndarray:
-    """Normed tokens [n, D] -> queries after RoPE [n, H, d]."""
-    return ks.rope(ks.linear(h, w["attn_q.weight"]).reshape(h.shape[0], cfg.num_heads, cfg.head_dim), cos, sin)
+def project_qkv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos: np.ndarray,
+                sin: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Normed tokens [n, D] -> queries [n, H, d], keys [n, K, d] (both after RoPE), values [n, K, d]."""
+    qkv = ks.linear(h, w["attn_qkv.weight"])
+    q_width, kv_width = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    queries = ks.rope(_split_heads(qkv[:, :q_width], cfg.num_heads, cfg.head_dim), cos, sin)
+    keys = ks.rope(_split_heads(qkv[:, q_width:q_width + kv_width], cfg.num_kv_heads, cfg.head_dim), cos, sin)
+    return queries, keys, _split_heads(qkv[:, q_width + kv_width:], cfg.num_kv_heads, cfg.head_dim)
 
 
 def feed_forward(ks, w: Mapping[str, Any], h: np.ndarray) -> np.ndarray:
-    return ks.linear(ks.gelu_tanh_mul(ks.linear(h, w["ffn_gate.weight"]), ks.linear(h, w["ffn_up.weight"])),
-                     w["ffn_down.weight"])
+    gate_up = ks.linear(h, w["ffn_gate_up.weight"])
+    hidden = gate_up.shape[1] // 2
+    return ks.linear(ks.gelu_tanh_mul(gate_up[:, :hidden], gate_up[:, hidden:]), w["ffn_down.weight"])
 
 
 def prefix_pass(ks, cfg: "GemmaConfig", layers: Sequence[Mapping[str, Any]], x: np.ndarray,
@@ -55,11 +105,12 @@ def prefix_pass(ks, cfg: "GemmaConfig", layers: Sequence[Mapping[str, Any]], x: 
     cos, sin = rope
     for index, w in enumerate(layers):
         h = ks.rms_norm(x, w["attn_norm.weight"], cfg.eps)
-        keys, values = project_kv(ks, cfg, w, h, cos, sin)
-        cache.write(index, keys, values)
         if index == len(layers) - 1 and not full_last_layer:
+            cache.write(index, *project_kv(ks, cfg, w, h, cos, sin))
             break
-        attended = ks.attention(project_queries(ks, cfg, w, h, cos, sin), keys, values, bias)
+        queries, keys, values = project_qkv(ks, cfg, w, h, cos, sin)
+        cache.write(index, keys, values)
+        attended = ks.attention(queries, keys, values, bias)
         x = x + ks.linear(attended.reshape(x.shape[0], -1), w["attn_out.weight"])
         x = x + feed_forward(ks, w, ks.rms_norm(x, w["ffn_norm.weight"], cfg.eps))
     return x

@@ -84,8 +84,7 @@ def velocity(ks, cfg: "GemmaConfig", weights: Mapping[str, Any], layers: Sequenc
     for index, w in enumerate(layers):
         scale, shift, gate = conditioning.attn[index]
         h = ks.ada_rms_norm(x, scale, shift, cfg.eps)
-        queries = gemma.project_queries(ks, cfg, w, h, cos, sin)
-        keys, values = gemma.project_kv(ks, cfg, w, h, cos, sin)
+        queries, keys, values = gemma.project_qkv(ks, cfg, w, h, cos, sin)
         attended = ks.cached_attention(queries, cache.keys[index], cache.values[index], cache.key_bias, keys, values)
         x = ks.gated_residual(x, ks.linear(attended.reshape(x.shape[0], -1), w["attn_out.weight"]), gate)
         scale, shift, gate = conditioning.ffn[index]

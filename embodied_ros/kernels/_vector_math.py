@@ -1,10 +1,9 @@
-"""exp and tanh for numba loops that the compiler can vectorize.
+"""exp for numba loops that the compiler can vectorize.
 
 numba calls libm's scalar expf for `np.exp` (no vector math library here), which keeps loops over
-softmax scores or GELU inputs scalar. These versions are plain arithmetic plus one bit cast, so
-LLVM vectorizes them. Accuracy: exp within 2 float32 ulps over its whole range (Cody-Waite range
-reduction, degree-7 Taylor polynomial on |r| <= ln2/2, whose truncation error is below 1e-8
-relative); tanh within 1.2e-7 absolute.
+softmax scores or GELU inputs scalar. This one is plain arithmetic plus one bit cast, so LLVM
+vectorizes it. Accuracy: within 2 float32 ulps over its whole range (Cody-Waite range reduction,
+degree-7 Taylor polynomial on |r| <= ln2/2, whose truncation error is below 1e-8 relative).
 """
 
 from __future__ import annotations
@@ -51,9 +50,3 @@ def exp_f32(x):  # pragma: no cover - compiled
     p = p * r + np.float32(1.0)
     scale = _float32_from_bits(np.int32((np.int32(k) + np.int32(127)) << np.int32(23)))
     return np.float32(0.0) if below else p * scale
-
-
-@jit(inline="always")
-def tanh_f32(x):  # pragma: no cover - compiled
-    # tanh(x) = 1 - 2 / (exp(2x) + 1); saturates cleanly at both ends
-    return np.float32(1.0) - np.float32(2.0) / (exp_f32(np.float32(2.0) * x) + np.float32(1.0))
