@@ -85,8 +85,9 @@ def _encode_q4_k_blocks(blocks: np.ndarray, steps: np.ndarray, out: np.ndarray) 
     n = blocks.shape[0]
     step, offset = np.empty((n, 8), np.float32), np.empty((n, 8), np.float32)
     _fit_sub_blocks(blocks, steps.astype(np.float32), step, offset)
-    d = (step.max(axis=1) / 63).astype(np.float16)  # [n]
-    dmin = (offset.max(axis=1) / 63).astype(np.float16)
+    with np.errstate(over="ignore"):  # overflow is refused just below
+        d = (step.max(axis=1) / 63).astype(np.float16)  # [n]
+        dmin = (offset.max(axis=1) / 63).astype(np.float16)
     if not (np.all(np.isfinite(d)) and np.all(np.isfinite(dmin))):
         raise ValueError("weights too large for q4_k: a block scale overflows float16")
     sc, m = np.empty((n, 8), np.uint8), np.empty((n, 8), np.uint8)
