@@ -68,6 +68,17 @@ class Pi05Model:
                                             config.time_min_period, config.time_max_period)
             for t in flow.euler_times(config.num_inference_steps))
 
+    def warm_up(self) -> None:
+        """One small pass through every stage, so that numba compiles (or loads from its disk
+        cache) each kernel for the argument types the model really passes before the first
+        observation arrives: layouts and read-only weights make types, not just shapes."""
+        cfg = self.config
+        images = np.zeros((len(cfg.camera_names), 3, cfg.vision.image_size, cfg.vision.image_size), np.float32)
+        camera_mask = np.arange(len(cfg.camera_names)) == 0
+        cache = self.build_prefix(self.image_tokens(images, camera_mask), camera_mask, np.zeros(2, np.int64),
+                                  np.array([True, False]))
+        self.sample_actions(cache, np.zeros((cfg.chunk_size, cfg.max_action_dim), np.float32))
+
     # ---- perception ------------------------------------------------------------------------
 
     def image_tokens(self, images: np.ndarray, camera_mask: np.ndarray | None = None) -> np.ndarray:

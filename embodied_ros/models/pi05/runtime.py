@@ -130,8 +130,12 @@ class Pi05Runtime:
         return actions.astype(np.float32)
 
 
-def load_runtime(bundle, backend: str = "numba") -> Pi05Runtime:
-    """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped."""
+def load_runtime(bundle, backend: str = "numba", warm_up: bool = True) -> Pi05Runtime:
+    """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped.
+
+    With `warm_up` (the default) every kernel is compiled before this returns, so that no
+    compilation happens inside a control step (see Pi05Model.warm_up).
+    """
     robot = bundle.robot
     if robot is None:
         raise ValueError(f"{bundle.path}: pi05 bundle lacks robot metadata (state/action names, action period)")
@@ -139,4 +143,7 @@ def load_runtime(bundle, backend: str = "numba") -> Pi05Runtime:
         bundle.config, bundle.solver,
         {"state_names": robot.state_names, "action_names": robot.action_names,
          "action_period_s": robot.action_period_s})
-    return Pi05Runtime.from_parts(config, bundle.weights(), bundle.tokenizer_model, bundle.stats, backend)
+    runtime = Pi05Runtime.from_parts(config, bundle.weights(), bundle.tokenizer_model, bundle.stats, backend)
+    if warm_up:
+        runtime.model.warm_up()
+    return runtime
