@@ -8,7 +8,6 @@ import os
 import threading
 import time
 
-import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.context import Context
@@ -17,9 +16,9 @@ from rclpy.node import Node
 from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.graph.stats import status_values
-from embodied_ros.graph.topics import COMMAND_TOPICS, DIAGNOSTICS, INPUT_STATUS, TIMING
+from embodied_ros.graph.topics import ACTION_CHUNK, COMMAND_TOPICS, DIAGNOSTICS, INPUT_STATUS, TIMING
 from embodied_ros.inputs.stamps import time_to_ns
-from embodied_ros.msg import StageTiming
+from embodied_ros.msg import ActionChunk, StageTiming
 from embodied_ros.nodes.synthetic import SyntheticRobot
 
 # distinct DDS domains per test (and per pytest-xdist worker) so graphs never hear each other
@@ -59,16 +58,22 @@ class Probe(Node):
         self.input_statuses: list[tuple[int, bytes, str]] = []  # (stamp ns, level, message)
         self.timings: list[StageTiming] = []
         self.command_times: list[int] = []
+        self.chunk_ends: list[tuple[int, int]] = []  # (arrival ROS ns, instant the chunk runs out)
         self.statuses: dict[str, DiagnosticStatus] = {}
         self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 50)
         self.create_subscription(DiagnosticStatus, INPUT_STATUS, self._on_input_status, 50)
         self.create_subscription(StageTiming, TIMING, lambda m: self._append(self.timings, m), 200)
+        self.create_subscription(ActionChunk, ACTION_CHUNK, self._on_chunk, 50)
         self.create_subscription(JointTrajectory, COMMAND_TOPICS["joint_trajectory"],
                                  lambda m: self._append(self.command_times, time_to_ns(m.header.stamp)), 50)
 
     def _append(self, target, item):
         with self.lock:
             target.append(item)
+
+    def _on_chunk(self, msg: ActionChunk) -> None:
+        end_ns = time_to_ns(msg.observation_stamp) + msg.horizon * time_to_ns(msg.action_period)
+        self._append(self.chunk_ends, (self.get_clock().now().nanoseconds, end_ns))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         with self.lock:
@@ -82,6 +87,15 @@ class Probe(Node):
         if "step" in values:
             self._append(self.input_statuses, (int(values["stamp_ns"]), msg.level, msg.message))
 
+    def status_of(self, suffix: str) -> DiagnosticStatus | None:
+        """The newest diagnostics of the node whose status name ends with `suffix` (e.g. ": action")."""
+        with self.lock:
+            return next((s for name, s in self.statuses.items() if name.endswith(suffix)), None)
+
+    def states_between(self, start_ns: int, end_ns: int) -> list[str]:
+        with self.lock:
+            return [m for t, m in self.controller_states if start_ns <= t <= end_ns]
+
     def controller_message(self) -> str:
         with self.lock:
             return self.controller_states[-1][1] if self.controller_states else ""
@@ -93,6 +107,10 @@ class Probe(Node):
     def first_input_error(self, after_ns: int = 0) -> tuple[int, bytes, str] | None:
         with self.lock:
             return next((s for s in self.input_statuses if s[0] >= after_ns and s[1] != DiagnosticStatus.OK), None)
+
+
+def streaming_since(probe: Probe, since_ns: int) -> bool:
+    return probe.first_controller_state(lambda m: m == "streaming", since_ns) is not None
 
 
 def wait_for(condition, timeout_s: float, what: str) -> None:
@@ -131,6 +149,3 @@ class Outside:
         self.probe.destroy_node()
         rclpy.try_shutdown(context=self.context)
 
-
-def positions_are_finite(probe: Probe) -> bool:
-    return all(np.isfinite(t) for t in probe.command_times)

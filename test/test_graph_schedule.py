@@ -84,7 +84,7 @@ def test_shipped_config_loads_and_documents_every_setting():
 
     path = default_config()
     config = load_config(path)
-    assert config.schedule.perception == 2 and config.controller.rate_hz == 50.0
+    assert config.schedule.perception == 2 and config.schedule.prefix == 1 and config.controller.rate_hz == 50.0
     text = Path(path).read_text()
     for name, spec in parameter_fields():
         leaf = name.split(".")[-1]

@@ -1,5 +1,6 @@
-"""Free-running composed graph under faults: no node crashes, the controller holds within one
-control period of the fault being seen, says why on /diagnostics, and recovers."""
+"""Faults on a free-running composed pi0.5 graph: a camera that stops, NaN joint states, a
+malformed image. No node crashes; the controller holds within one control period of the fault
+being seen, says why on /diagnostics, and streams again once the input is good."""
 
 import pytest
 import rclpy
@@ -7,18 +8,23 @@ from rclpy.context import Context
 
 from embodied_ros.graph.composed import ComposedGraph
 from embodied_ros.graph.config import load_config
-from fake_runtime import FakeRuntime
-from graph_harness import Outside, next_domain, wait_for
+from embodied_ros.pipeline.stages import load_runtime
+from graph_bundles import pi05_bundle
+from graph_harness import Outside, next_domain, streaming_since, wait_for
 
 STEP_S = 0.1
 
 
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    return load_runtime(pi05_bundle(tmp_path_factory))
+
+
 @pytest.fixture
-def running_graph():
-    runtime = FakeRuntime()
-    config = load_config(None, {"schedule.step_period_s": STEP_S, "inputs.max_age_s": 0.3,
-                                "synthetic.camera_rate_hz": 20.0, "synthetic.joint_state_rate_hz": 50.0,
-                                "diagnostics.period_s": 0.5})
+def running_graph(runtime):
+    config = load_config(None, {"schedule.step_period_s": STEP_S, "schedule.perception": 1,
+                                "inputs.max_age_s": 0.3, "synthetic.camera_rate_hz": 20.0,
+                                "synthetic.joint_state_rate_hz": 50.0, "diagnostics.period_s": 0.5})
     domain = next_domain()
     context = Context()
     rclpy.init(context=context, domain_id=domain)
@@ -26,7 +32,7 @@ def running_graph():
     outside = Outside(config, runtime.spec, domain)
     graph.start()
     try:
-        wait_for(lambda: outside.probe.controller_message() == "streaming", 20, "the controller to stream")
+        wait_for(lambda: streaming_since(outside.probe, 0), 30, "the controller to stream")
         yield graph, outside
     finally:
         graph.stop()
@@ -41,36 +47,36 @@ def _hold_then_recover(graph, outside, inject, clear, reason_part):
     wait_for(lambda: probe.first_input_error(injected_ns) is not None, 5, f"an input error ({reason_part})")
     error_ns, _, message = probe.first_input_error(injected_ns)
     assert reason_part in message
-    wait_for(lambda: probe.first_controller_state(lambda m: m.startswith("holding"), error_ns) is not None, 5,
-             "the controller to report a hold")
-    hold_ns, hold_message = probe.first_controller_state(lambda m: m.startswith("holding"), error_ns)
-    assert reason_part in hold_message
+    wait_for(lambda: probe.first_controller_state(lambda m: reason_part in m, error_ns) is not None, 5,
+             "the controller to report the hold")
+    hold_ns, hold_message = probe.first_controller_state(lambda m: reason_part in m, error_ns)
+    assert hold_message.startswith("holding: inputs: ")
     hold_latency_s = (hold_ns - error_ns) / 1e9
-    print(f"{reason_part}: input error -> controller hold {hold_latency_s * 1e3:.1f} ms")
+    print(f"{reason_part}: input error -> controller hold in {hold_latency_s * 1e3:.1f} ms")
     assert hold_latency_s <= STEP_S, f"hold took {hold_latency_s * 1e3:.0f} ms, more than one control period"
     cleared_ns = outside.now_ns()
     clear()
-    wait_for(lambda: probe.first_controller_state(lambda m: m == "streaming", cleared_ns) is not None, 10,
-             "the controller to stream again")
+    wait_for(lambda: streaming_since(probe, cleared_ns), 15, "the controller to stream again")
     assert all(node.active for node in graph.nodes.values())  # nobody crashed or fell out of active
 
 
 def test_camera_that_stops_publishing(running_graph):
     graph, outside = running_graph
     robot = outside.robot
-    _hold_then_recover(graph, outside, lambda: robot.paused_cameras.add("front"),
-                       lambda: robot.paused_cameras.clear(), "camera front: newest message is")
+    _hold_then_recover(graph, outside, lambda: robot.paused_cameras.add("base_0_rgb"),
+                       lambda: robot.paused_cameras.clear(), "camera base_0_rgb: newest message is")
 
 
 def test_nan_in_joint_states(running_graph):
     graph, outside = running_graph
     robot = outside.robot
-    _hold_then_recover(graph, outside, lambda: setattr(robot, "nan_joint", "j1"),
-                       lambda: setattr(robot, "nan_joint", None), "joint_states: non-finite position: j1=nan")
+    _hold_then_recover(graph, outside, lambda: setattr(robot, "nan_joint", "state_3"),
+                       lambda: setattr(robot, "nan_joint", None), "joint_states: non-finite position: state_3=nan")
 
 
 def test_malformed_image(running_graph):
     graph, outside = running_graph
     robot = outside.robot
-    _hold_then_recover(graph, outside, lambda: setattr(robot, "truncated_camera", "wrist"),
-                       lambda: setattr(robot, "truncated_camera", None), "camera wrist: 8x6 rgb8 image with step 24")
+    _hold_then_recover(graph, outside, lambda: setattr(robot, "truncated_camera", "wrist_0_rgb"),
+                       lambda: setattr(robot, "truncated_camera", None),
+                       "camera wrist_0_rgb: 56x56 rgb8 image with step 168 needs 9408 bytes")

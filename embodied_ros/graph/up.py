@@ -73,6 +73,9 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         exited = graph.exited() if isinstance(graph, SeparateGraph) else {}
         graph.stop()
         outside.shutdown(timeout_sec=5.0)
+        spinner.join(timeout=5.0)
+        for node in outside.get_nodes():
+            node.destroy_node()
         rclpy.try_shutdown(context=context)
     return UpReport(config.layout, config.bundle, time.monotonic() - measured_from, first_chunk_s,
                     monitor.stage_summary(), monitor.command_summary(), dict(monitor.hold_reasons), exited)

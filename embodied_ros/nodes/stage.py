@@ -1,8 +1,10 @@
 """A pipeline stage as a node: reads upstream outputs, runs its runtime call on schedule, publishes.
 
-Free-running, a timer fires every `period` steps and the stage runs on the newest upstream
-outputs (skipping when nothing changed, or when the observation behind them is too old).
-Lock-step, it runs each of its steps once every upstream output scheduled for that step is in.
+Free-running, the stage runs on the newest upstream outputs at most once per `period` steps: as
+soon as its first upstream (the trigger) delivers a new output when the period has passed, else
+when its timer fires. It skips when nothing changed upstream, or when the observation behind its
+inputs is too old. Lock-step, it runs each of its steps once every upstream output scheduled
+for that step is in.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class StageNode(GraphNode):
     runs_on_unchanged_input = False  # the action head re-solves every step with fresh noise
 
     def upstream_stages(self) -> tuple[str, ...]:
+        """Stages whose outputs this one reads; the first one's new outputs trigger a run."""
         raise NotImplementedError
 
     def compute(self, step: int, inputs: dict[str, Any]) -> Any:
@@ -53,6 +56,8 @@ class StageNode(GraphNode):
         self.used_versions: dict[str, int] = {}
         self.sequence = 0
         self.max_age_ns = seconds_to_ns(self.config.stages.max_input_age_s)
+        self.period_ns = self.period * seconds_to_ns(schedule.step_period_s)
+        self._last_attempt_ns: int | None = None
         self._timer: Timer | None = None
         for name in self.upstreams:
             self.subscribe(StageOutput, stage_topic(name), partial(self._on_upstream, name), stage_qos(self.lockstep))
@@ -84,16 +89,26 @@ class StageNode(GraphNode):
             self._drain()
         elif output is not None:
             self.latest[name] = (time_to_ns(msg.header.stamp), output)
+            if name == self.upstreams[0] and self._period_passed():
+                self._timer.reset()  # the next timed run is one period after this one
+                self._on_timer()
 
     def _drain(self) -> None:
         while (ready := self.gate.next_ready()) is not None:
             step, inputs = ready
             self._run(step, inputs, self.step_clock.stamp_of(step))
 
+    def _period_passed(self) -> bool:
+        if self._timer is None:
+            return False
+        last = self._last_attempt_ns
+        return last is None or self.now_ns() - last >= self.period_ns * 9 // 10  # a little early is on time
+
     def _on_timer(self) -> None:
         versions = {name: version for name, (version, _) in self.latest.items()}
         if not self.runs_on_unchanged_input and versions == self.used_versions:
             return  # nothing new upstream since the last run
+        self._last_attempt_ns = self.now_ns()
         inputs = {name: output for name, (_, output) in self.latest.items()}
         if self._run(0, inputs, self.now_ns()):
             self.used_versions = versions

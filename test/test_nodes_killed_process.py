@@ -1,0 +1,65 @@
+"""One process per node, free-running, pi0.5: kill the prefix builder's process. No other node
+crashes; the controller holds within one control period of its last chunk running out, the
+action head reports the stale prefix on /diagnostics, and streaming resumes once a new prefix
+process is up."""
+
+import os
+import time
+
+import pytest
+
+from embodied_ros.graph.composed import graph_nodes
+from embodied_ros.graph.config import load_config
+from embodied_ros.graph.paths import dds_environment
+from embodied_ros.graph.processes import SeparateGraph
+from embodied_ros.pipeline.stages import load_runtime
+from graph_bundles import pi05_bundle
+from graph_harness import Outside, next_domain, streaming_since, wait_for
+
+STEP_S = 0.1
+
+
+@pytest.fixture
+def separate_graph(tmp_path_factory, tmp_path):
+    bundle = pi05_bundle(tmp_path_factory)
+    spec = load_runtime(bundle).spec
+    config = load_config(None, {"bundle": str(bundle), "layout": "separate", "schedule.step_period_s": STEP_S,
+                                "schedule.perception": 1, "stages.max_input_age_s": 0.5,
+                                "diagnostics.period_s": 0.5})
+    domain = next_domain()
+    os.environ.update(dds_environment())  # this test process talks to the nodes over the same transports
+    processes = SeparateGraph(config, graph_nodes(spec.has_world_model), domain_id=domain, log_dir=tmp_path)
+    outside = Outside(config, spec, domain)
+    processes.start()
+    try:
+        yield processes, outside
+    finally:
+        codes = processes.stop()
+        outside.close()
+        print({name: processes.log(name)[-1500:] for name, code in codes.items() if code not in (0, -9)})
+
+
+def test_killed_prefix_process(separate_graph):
+    processes, outside = separate_graph
+    probe = outside.probe
+    wait_for(lambda: streaming_since(probe, 0), 90, "the controller to stream (node processes starting)")
+
+    killed_ns = outside.now_ns()
+    processes.kill("prefix")
+    wait_for(lambda: probe.first_controller_state(lambda m: m.startswith("holding: action chunk ran out"),
+                                                  killed_ns) is not None, 10, "the controller to hold")
+    hold_ns, _ = probe.first_controller_state(lambda m: m.startswith("holding"), killed_ns)
+    last_end_ns = max(end for arrival, end in probe.chunk_ends if arrival <= hold_ns)
+    print(f"last chunk ran out -> controller hold in {(hold_ns - last_end_ns) / 1e6:.1f} ms")
+    assert hold_ns - last_end_ns <= STEP_S * 1e9, "the hold came more than one control period late"
+    wait_for(lambda: "prefix output is" in getattr(probe.status_of(": action"), "message", ""), 10,
+             "the action head to report the stale prefix")
+    settled_ns = outside.now_ns()
+    time.sleep(0.5)
+    assert "streaming" not in probe.states_between(settled_ns, outside.now_ns())
+    assert processes.exited() == {"prefix": -9}  # every other node is still running
+
+    restarted_ns = outside.now_ns()
+    processes.spawn("prefix")
+    wait_for(lambda: streaming_since(probe, restarted_ns), 90, "the controller to stream again")
+    assert processes.exited() == {}
