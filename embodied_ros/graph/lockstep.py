@@ -22,7 +22,6 @@ from typing import Mapping, Sequence
 import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticStatus
-from lifecycle_msgs.srv import GetState
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -35,6 +34,7 @@ from embodied_ros.deploy.messages import command_positions
 from embodied_ros.graph.composed import ComposedGraph, graph_nodes
 from embodied_ros.graph.config import GraphConfig
 from embodied_ros.graph.paths import dds_environment
+from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.graph.schedule import StepClock, runs_on
 from embodied_ros.graph.stats import status_values
 from embodied_ros.graph.topics import (
@@ -244,21 +244,8 @@ class LockstepGraph:
 
     def _wait_until_active(self) -> None:
         """Separate processes: wait until every node reports the lifecycle state `active`."""
-        for name in self.node_names:
-            service = f"{self.namespace.rstrip('/')}/{name}/get_state" if self.namespace else f"/{name}/get_state"
-            client = self.driver.create_client(GetState, service)
-            state = {"label": ""}
-
-            def ask() -> bool:
-                if state.get("future") is None or state["future"].done():
-                    if state.get("future") is not None and state["future"].result() is not None:
-                        state["label"] = state["future"].result().current_state.label
-                    if state["label"] != "active" and client.service_is_ready():
-                        state["future"] = client.call_async(GetState.Request())
-                return state["label"] == "active"
-
-            self._spin_until(ask, lambda: f"node {name} is not active (state {state['label'] or 'unknown'})")
-            self.driver.destroy_client(client)
+        wait_until_active(self.driver, self.node_names, self.namespace, self.timeout_s,
+                          lambda: self.executor.spin_once(timeout_sec=0.01))
 
 
 def _stamped_image(image: np.ndarray | Image, stamp_ns: int) -> Image:

@@ -18,9 +18,13 @@ from embodied_ros.graph.config import GraphConfig
 from embodied_ros.graph.monitor import GraphMonitor
 from embodied_ros.graph.paths import dds_environment
 from embodied_ros.graph.processes import SeparateGraph
+from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.nodes.synthetic import SyntheticRobot
 from embodied_ros.pipeline.stages import Runtime
+
+
+START_TIMEOUT_S = 120.0  # node processes import, load the bundle and compile kernels before they are active
 
 
 @dataclass
@@ -28,7 +32,7 @@ class UpReport:
     layout: str
     bundle: str
     duration_s: float
-    first_chunk_s: float | None  # from start-up to the first action chunk
+    first_chunk_s: float | None  # from every node being active to the first action chunk
     stages: dict[str, dict[str, float]]
     commands: dict[str, float]
     hold_reasons: dict[str, int]
@@ -61,23 +65,29 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
     spinner = threading.Thread(target=outside.spin, daemon=True)
     spinner.start()
     started = time.monotonic()
-    graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
-    print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "
-             f"{time.monotonic() - started:.1f} s; running for {duration_s:.0f} s")
+    graph, first_chunk_s, exited, ran_s = None, None, {}, 0.0
     try:
-        first_chunk_s = _watch(monitor, graph, duration_s, summary_period_s, started, print_fn)
-        measured_from = started
-    except KeyboardInterrupt:
-        first_chunk_s, measured_from = None, started
-    finally:
+        graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
+        if isinstance(graph, SeparateGraph):
+            wait_until_active(monitor, graph.node_names, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
+        print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "
+                 f"{time.monotonic() - started:.1f} s; running for {duration_s:.0f} s")
+        started = time.monotonic()
+        try:
+            first_chunk_s = _watch(monitor, graph, duration_s, summary_period_s, started, print_fn)
+        except KeyboardInterrupt:
+            pass
+        ran_s = time.monotonic() - started
         exited = graph.exited() if isinstance(graph, SeparateGraph) else {}
-        graph.stop()
+    finally:
+        if graph is not None:
+            graph.stop()
         outside.shutdown(timeout_sec=5.0)
         spinner.join(timeout=5.0)
         for node in outside.get_nodes():
             node.destroy_node()
         rclpy.try_shutdown(context=context)
-    return UpReport(config.layout, config.bundle, time.monotonic() - measured_from, first_chunk_s,
+    return UpReport(config.layout, config.bundle, ran_s, first_chunk_s,
                     monitor.stage_summary(), monitor.command_summary(), dict(monitor.hold_reasons), exited)
 
 

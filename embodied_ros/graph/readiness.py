@@ -1,0 +1,36 @@
+"""Waiting for node processes to come up: ask each node's lifecycle state until it is `active`."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+from lifecycle_msgs.srv import GetState
+from rclpy.node import Node
+
+
+def wait_until_active(node: Node, names: Sequence[str], namespace: str, timeout_s: float,
+                      pump: Callable[[], None]) -> None:
+    """Return once every node in `names` reports `active`; TimeoutError naming the ones that do not.
+    `pump` lets responses arrive (spin the node once, or sleep while another thread spins it)."""
+    prefix = "/" + namespace.strip("/") if namespace.strip("/") else ""
+    clients = {name: node.create_client(GetState, f"{prefix}/{name}/get_state") for name in names}
+    states = {name: "unknown" for name in names}
+    pending: dict[str, object] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while any(state != "active" for state in states.values()):
+            for name, client in clients.items():
+                future = pending.get(name)
+                if future is not None and future.done():
+                    states[name] = future.result().current_state.label if future.result() else states[name]
+                    pending.pop(name)
+                if states[name] != "active" and name not in pending and client.service_is_ready():
+                    pending[name] = client.call_async(GetState.Request())
+            if time.monotonic() > deadline:
+                waiting = {name: state for name, state in states.items() if state != "active"}
+                raise TimeoutError(f"nodes not active after {timeout_s:.0f} s: {waiting}")
+            pump()
+    finally:
+        for client in clients.values():
+            node.destroy_client(client)
