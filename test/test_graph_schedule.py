@@ -90,3 +90,12 @@ def test_shipped_config_loads_and_documents_every_setting():
         leaf = name.split(".")[-1]
         assert f"{leaf}:" in text, f"{name} is missing from {path}"
         assert spec.metadata.get("doc"), f"{name} has no documentation"
+
+
+def test_docs_list_every_setting():
+    from embodied_ros.graph.config import parameter_fields
+    from embodied_ros.graph.paths import package_root
+
+    text = (package_root() / "docs" / "graph.md").read_text()
+    missing = [name for name, _ in parameter_fields() if f"`{name}`" not in text]
+    assert not missing, f"docs/graph.md does not document {missing}"

@@ -30,7 +30,8 @@ def _check(condition: bool, message: str) -> None:
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    mode: str = _doc("realtime: stages run on timers; lockstep: driven step by step by a step clock (/clock)",
+    mode: str = _doc("realtime: stages run at their periods as inputs arrive; lockstep: driven step by step by a "
+                     "step clock (/clock)",
                      "realtime")
     step_period_s: float = _doc("control period: the length of one schedule step, seconds", 0.1)
     perception: int = _doc("the perception encoder runs every N steps", 1)
@@ -143,7 +144,7 @@ class SyntheticConfig:
 @dataclass(frozen=True)
 class GraphConfig:
     bundle: str = _doc("model bundle file (relative paths are taken from the config file's folder)", "")
-    backend: str = _doc("kernel backend: numba (CPU) or cuda", "numba")
+    backend: str = _doc("kernel backend: numba (CPU), numpy (reference, slow) or cuda", "numba")
     layout: str = _doc("composed: all nodes in one process; separate: one process per node", "composed")
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     inputs: InputsConfig = field(default_factory=InputsConfig)
