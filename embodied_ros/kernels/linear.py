@@ -6,11 +6,13 @@
                        and BF16 once at load, so model code normally never sends these)
   QuantTensor          q8_0 / q4_k / bf16 blocks, dequantized inside the kernel:
                        - numpy reference: dequantize the whole matrix, then BLAS;
-                       - numba, few rows (N <= FUSED_MAX_ROWS): a fused kernel, parallel over
-                         output features, that decodes each block once and uses it for every row;
-                       - numba, more rows: output features in chunks that fit in cache, each
-                         dequantized by numba and multiplied by BLAS (the dequantization is a
-                         small fraction of the product once N reaches tens of rows).
+                       - numba, N <= FUSED_MAX_ROWS rows (q8_0, q4_k): a fused kernel, parallel
+                         over output features, that dequantizes each weight once into a buffer in
+                         cache and multiplies it into every row;
+                       - numba, more rows (and bf16): up to 64 MiB of weight rows at a time
+                         dequantized into a per-thread float32 scratch buffer, multiplied by BLAS
+                         (past ~64 rows BLAS is faster than any loop numba compiles, and the
+                         dequantization is a small fraction of the product).
 x may have any leading dimensions: [..., in] -> [..., out].
 """
 
@@ -22,11 +24,12 @@ import numba
 import numpy as np
 
 from embodied_ros.kernels._jit import jit
-from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, dequantize, dequantize_rows_into, f16_at,
-                                        q4_k_scale_min, random_quant_tensor)
+from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, dequantize, dequantize_rows_into,
+                                        q4_k_decode_row, q8_0_decode_row, random_quant_tensor)
 from embodied_ros.kernels.registry import kernel, reference
 
-FUSED_MAX_ROWS = 8  # above this, chunked dequantize + BLAS is faster (measured on dim 3072 x 14336)
+FUSED_MAX_ROWS = 64  # above this, chunked dequantize + BLAS is faster (measured on dim 3072 x 14336)
+_TILE = 4  # output features per fused task, and rows of x per register block
 _CHUNK_BYTES = 64 << 20  # float32 bytes of weight rows dequantized at a time: few, large chunks, since
                          # each is one parallel region, and those cost a scheduler tick on a busy machine
 _local = threading.local()
@@ -90,14 +93,11 @@ def linear_numba(x: np.ndarray, weight: np.ndarray | QuantTensor, bias: np.ndarr
 def _fused_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
     # rows: [N, in] -> [N, out]
     n_rows = rows.shape[0]
-    padded = np.zeros((-(-n_rows // 4) * 4, rows.shape[1]), np.float32)  # the kernels take rows by fours
+    padded = np.zeros((-(-n_rows // _TILE) * _TILE, rows.shape[1]), np.float32)  # rows taken by fours
     padded[:n_rows] = rows
     y_t = np.empty((weight.shape[0], padded.shape[0]), np.float32)  # [out, N]: each task writes whole rows
-    if weight.qtype == "q8_0":
-        _q8_0_matmul(padded, weight.data, F16_TO_F32, y_t)
-    else:
-        sub_block_sums = padded.reshape(padded.shape[0], -1, 32).sum(axis=2)  # [N, in/32]
-        _q4_k_matmul(padded, sub_block_sums, weight.data, F16_TO_F32, y_t)
+    kernel = _q8_0_matmul if weight.qtype == "q8_0" else _q4_k_matmul
+    kernel(padded, weight.data, F16_TO_F32, y_t)
     return np.ascontiguousarray(y_t[:, :n_rows].T)
 
 
@@ -126,71 +126,63 @@ def _scratch(size: int) -> np.ndarray:
     return buffer[:size]
 
 
-# The fused kernels: one task per output feature; each block's scales are decoded once and its
-# weights multiplied into four rows of x at a time. The 4-bit/8-bit weights are unpacked in
-# registers inside the dot product: cheaper than storing them to a buffer and reloading (measured).
+# The fused kernels: one task per four output features. Their rows are dequantized once into a
+# small buffer that stays in cache, then every row of x is multiplied by them, four rows of x by
+# four features at a time in registers (16 accumulators: each weight and x value loaded once per
+# tile, one horizontal sum per output at the end).
 
 @jit(parallel=True, fastmath=_FAST)
 def _q8_0_matmul(x, data, f16_to_f32, y_t):
     # x: [N, in] f32, N % 4 == 0; data: [out, in/32 * 34] u8 -> y_t: [out, N]
-    n_rows, n_blocks = x.shape[0], x.shape[1] // 32
-    for o in numba.prange(data.shape[0]):
-        acc = np.zeros(n_rows, np.float32)
-        row = data[o]
-        for b in range(n_blocks):
-            d = f16_at(row, 34 * b, f16_to_f32)
-            for n in range(0, n_rows, 4):
-                p0 = p1 = p2 = p3 = np.float32(0.0)
-                for k in range(32):
-                    q = np.float32(np.int8(row[34 * b + 2 + k]))
-                    col = 32 * b + k
-                    p0 += q * x[n, col]
-                    p1 += q * x[n + 1, col]
-                    p2 += q * x[n + 2, col]
-                    p3 += q * x[n + 3, col]
-                acc[n] += d * p0
-                acc[n + 1] += d * p1
-                acc[n + 2] += d * p2
-                acc[n + 3] += d * p3
-        y_t[o] = acc
+    for tile in numba.prange((data.shape[0] + _TILE - 1) // _TILE):
+        w = np.zeros((_TILE, x.shape[1]), np.float32)
+        first, last = _TILE * tile, min(_TILE * tile + _TILE, data.shape[0])
+        for i in range(last - first):
+            q8_0_decode_row(data[first + i], f16_to_f32, w[i])
+        _multiply_tile(x, w, first, last, y_t)
 
 
 @jit(parallel=True, fastmath=_FAST)
-def _q4_k_matmul(x, sub_block_sums, data, f16_to_f32, y_t):
-    # x: [N, in] f32, N % 4 == 0; sub_block_sums: [N, in/32]; data: [out, in/256 * 144] u8 -> y_t: [out, N]
-    # sub-block s contributes scale_s * (q . x) - offset_s * sum(x) to each row
-    n_rows, n_blocks = x.shape[0], x.shape[1] // 256
-    for o in numba.prange(data.shape[0]):
-        acc = np.zeros(n_rows, np.float32)
-        row = data[o]
-        for b in range(n_blocks):
-            base = 144 * b
-            d, dmin = f16_at(row, base, f16_to_f32), f16_at(row, base + 2, f16_to_f32)
-            for c in range(4):  # sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
-                sc_low, m_low = q4_k_scale_min(row, base + 4, 2 * c)
-                sc_high, m_high = q4_k_scale_min(row, base + 4, 2 * c + 1)
-                scale_low, offset_low = d * np.float32(sc_low), dmin * np.float32(m_low)
-                scale_high, offset_high = d * np.float32(sc_high), dmin * np.float32(m_high)
-                col, s = 256 * b + 64 * c, 8 * b + 2 * c
-                for n in range(0, n_rows, 4):
-                    lo0 = lo1 = lo2 = lo3 = hi0 = hi1 = hi2 = hi3 = np.float32(0.0)
-                    for lane in range(32):
-                        byte = row[base + 16 + 32 * c + lane]
-                        low, high = np.float32(byte & 15), np.float32(byte >> 4)
-                        lo0 += low * x[n, col + lane]
-                        hi0 += high * x[n, col + 32 + lane]
-                        lo1 += low * x[n + 1, col + lane]
-                        hi1 += high * x[n + 1, col + 32 + lane]
-                        lo2 += low * x[n + 2, col + lane]
-                        hi2 += high * x[n + 2, col + 32 + lane]
-                        lo3 += low * x[n + 3, col + lane]
-                        hi3 += high * x[n + 3, col + 32 + lane]
-                    sums = sub_block_sums
-                    acc[n] += scale_low * lo0 + scale_high * hi0 - offset_low * sums[n, s] - offset_high * sums[n, s + 1]
-                    acc[n + 1] += (scale_low * lo1 + scale_high * hi1
-                                   - offset_low * sums[n + 1, s] - offset_high * sums[n + 1, s + 1])
-                    acc[n + 2] += (scale_low * lo2 + scale_high * hi2
-                                   - offset_low * sums[n + 2, s] - offset_high * sums[n + 2, s + 1])
-                    acc[n + 3] += (scale_low * lo3 + scale_high * hi3
-                                   - offset_low * sums[n + 3, s] - offset_high * sums[n + 3, s + 1])
-        y_t[o] = acc
+def _q4_k_matmul(x, data, f16_to_f32, y_t):
+    # x: [N, in] f32, N % 4 == 0; data: [out, in/256 * 144] u8 -> y_t: [out, N]
+    for tile in numba.prange((data.shape[0] + _TILE - 1) // _TILE):
+        w = np.zeros((_TILE, x.shape[1]), np.float32)
+        first, last = _TILE * tile, min(_TILE * tile + _TILE, data.shape[0])
+        for i in range(last - first):
+            q4_k_decode_row(data[first + i], f16_to_f32, w[i])
+        _multiply_tile(x, w, first, last, y_t)
+
+
+@jit(inline="always", fastmath=_FAST)
+def _multiply_tile(x, w, first, last, y_t):
+    # x: [N, in], N % 4 == 0; w: [4, in] (rows past `last - first` are zero) -> y_t[first:last, :]
+    out = np.empty((_TILE, _TILE), np.float32)  # [feature, row]
+    for n in range(0, x.shape[0], _TILE):
+        a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0.0)
+        c0 = c1 = c2 = c3 = d0 = d1 = d2 = d3 = np.float32(0.0)
+        for k in range(x.shape[1]):
+            w0, w1, w2, w3 = w[0, k], w[1, k], w[2, k], w[3, k]
+            xa, xb, xc, xd = x[n, k], x[n + 1, k], x[n + 2, k], x[n + 3, k]
+            a0 += w0 * xa
+            a1 += w1 * xa
+            a2 += w2 * xa
+            a3 += w3 * xa
+            b0 += w0 * xb
+            b1 += w1 * xb
+            b2 += w2 * xb
+            b3 += w3 * xb
+            c0 += w0 * xc
+            c1 += w1 * xc
+            c2 += w2 * xc
+            c3 += w3 * xc
+            d0 += w0 * xd
+            d1 += w1 * xd
+            d2 += w2 * xd
+            d3 += w3 * xd
+        out[0, 0], out[1, 0], out[2, 0], out[3, 0] = a0, a1, a2, a3
+        out[0, 1], out[1, 1], out[2, 1], out[3, 1] = b0, b1, b2, b3
+        out[0, 2], out[1, 2], out[2, 2], out[3, 2] = c0, c1, c2, c3
+        out[0, 3], out[1, 3], out[2, 3], out[3, 3] = d0, d1, d2, d3
+        for i in range(last - first):
+            for j in range(_TILE):
+                y_t[first + i, n + j] = out[i, j]

@@ -192,35 +192,45 @@ def q4_k_scale_min(row: np.ndarray, base: int, s: int) -> tuple[int, int]:
     return sc, m
 
 
+@jit(inline="always")
+def q8_0_decode_row(row: np.ndarray, f16_to_f32: np.ndarray, out: np.ndarray) -> None:
+    """One row of q8_0 blocks -> out[in] float32."""
+    for b in range(row.shape[0] // 34):
+        d = f16_at(row, 34 * b, f16_to_f32)
+        for k in range(32):
+            out[32 * b + k] = d * np.float32(np.int8(row[34 * b + 2 + k]))
+
+
+@jit(inline="always")
+def q4_k_decode_row(row: np.ndarray, f16_to_f32: np.ndarray, out: np.ndarray) -> None:
+    """One row of q4_k blocks -> out[in] float32."""
+    for b in range(row.shape[0] // 144):
+        base = 144 * b
+        d, dmin = f16_at(row, base, f16_to_f32), f16_at(row, base + 2, f16_to_f32)
+        for c in range(4):  # sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
+            sc_low, m_low = q4_k_scale_min(row, base + 4, 2 * c)
+            sc_high, m_high = q4_k_scale_min(row, base + 4, 2 * c + 1)
+            scale_low, offset_low = d * np.float32(sc_low), dmin * np.float32(m_low)
+            scale_high, offset_high = d * np.float32(sc_high), dmin * np.float32(m_high)
+            col = 256 * b + 64 * c
+            for lane in range(32):
+                byte = row[base + 16 + 32 * c + lane]
+                out[col + lane] = scale_low * np.float32(byte & 15) - offset_low
+                out[col + 32 + lane] = scale_high * np.float32(byte >> 4) - offset_high
+
+
 @jit(parallel=True)
 def dequantize_q8_0_rows(data, f16_to_f32, out):
     # data: [R, nb * 34] uint8 -> out: [R, nb * 32] float32
     for r in numba.prange(data.shape[0]):
-        row = data[r]
-        for b in range(data.shape[1] // 34):
-            d = f16_at(row, 34 * b, f16_to_f32)
-            for k in range(32):
-                out[r, 32 * b + k] = d * np.float32(np.int8(row[34 * b + 2 + k]))
+        q8_0_decode_row(data[r], f16_to_f32, out[r])
 
 
 @jit(parallel=True)
 def dequantize_q4_k_rows(data, f16_to_f32, out):
     # data: [R, nb * 144] uint8 -> out: [R, nb * 256] float32
     for r in numba.prange(data.shape[0]):
-        row = data[r]
-        for b in range(data.shape[1] // 144):
-            base = 144 * b
-            d, dmin = f16_at(row, base, f16_to_f32), f16_at(row, base + 2, f16_to_f32)
-            for c in range(4):  # sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
-                sc_low, m_low = q4_k_scale_min(row, base + 4, 2 * c)
-                sc_high, m_high = q4_k_scale_min(row, base + 4, 2 * c + 1)
-                scale_low, offset_low = d * np.float32(sc_low), dmin * np.float32(m_low)
-                scale_high, offset_high = d * np.float32(sc_high), dmin * np.float32(m_high)
-                col = 256 * b + 64 * c
-                for lane in range(32):
-                    byte = row[base + 16 + 32 * c + lane]
-                    out[r, col + lane] = scale_low * np.float32(byte & 15) - offset_low
-                    out[r, col + 32 + lane] = scale_high * np.float32(byte >> 4) - offset_high
+        q4_k_decode_row(data[r], f16_to_f32, out[r])
 
 
 @jit(parallel=True)
