@@ -37,6 +37,7 @@ A GGUF v3 file, little-endian, default 32-byte alignment. Metadata keys:
   embodied_ros.writer             str    "embodied_ros <version>"
   embodied_ros.source             str    what the weights were converted from (optional)
   embodied_ros.quant_plan         str    the plan the weights were stored with, e.g. "lm=q8_0,expert=q4_k"
+  embodied_ros.weight_groups      [str]  the group of each weight tensor, in file order
   <architecture>.<a>.<b>...       typed  the model config, a nested mapping flattened with dots:
                                          bool, int (i64), float (f64), str, or arrays of one of those
   embodied_ros.solver.<name>      typed  solver settings (same typing)

@@ -23,11 +23,11 @@ import gguf
 import numba
 import numpy as np
 
-from embodied_ros.kernels.quant import QUANT_TYPES, QuantTensor, dequantize
+from embodied_ros.kernels.quant import QUANT_TYPES, QuantTensor
 
 STORED_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k")
 
-_SEARCH_STEPS = np.linspace(-1.0, 1.0, 21)  # candidate (levels - 15) offsets around min/max
+_SEARCH_STEPS = np.linspace(-1.0, 1.0, 11)  # candidate (levels - 15) offsets around min/max (21: no gain)
 _ROWS_PER_CHUNK = 256  # bounds the encoder's temporary memory on large matrices
 
 
@@ -201,7 +201,3 @@ def _choose_stored_scales(blocks, step, offset, d, dmin, search, sc_out, m_out, 
             for i in range(32):
                 levels_out[b, 32 * s + i] = np.uint8(levels[i])
 
-
-def dequantized(stored: np.ndarray | QuantTensor) -> np.ndarray:
-    """float32 values of any stored weight (f32/f16 ndarray or QuantTensor)."""
-    return dequantize(stored) if isinstance(stored, QuantTensor) else np.asarray(stored, dtype=np.float32)
