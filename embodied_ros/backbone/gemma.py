@@ -88,9 +88,7 @@ def project_qkv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos
 
 
 def feed_forward(ks, w: Mapping[str, Any], h: np.ndarray) -> np.ndarray:
-    gate_up = ks.linear(h, w["ffn_gate_up.weight"])
-    hidden = gate_up.shape[1] // 2
-    return ks.linear(ks.gelu_tanh_mul(gate_up[:, :hidden], gate_up[:, hidden:]), w["ffn_down.weight"])
+    return ks.linear(ks.gelu_tanh_glu(ks.linear(h, w["ffn_gate_up.weight"])), w["ffn_down.weight"])
 
 
 def prefix_pass(ks, cfg: "GemmaConfig", layers: Sequence[Mapping[str, Any]], x: np.ndarray,

@@ -59,4 +59,5 @@ def _rope(x, cos, sin):  # pragma: no cover - compiled
 
 @kernel("rope", "numba")
 def rope_numba(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    return _rope(x, cos, sin)
+    # a strided x (heads cut from a stacked q/k/v product) would keep the loop from vectorizing
+    return _rope(np.ascontiguousarray(x, dtype=np.float32), cos, sin)
