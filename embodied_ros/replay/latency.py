@@ -2,7 +2,8 @@
 
 A budget (config/budgets/<deployment>.yaml) bounds, for one deployment, the end-to-end latency
 (input stamp -> ActionChunk received) at p50 and p99, and the error of the command stream's period
-(|period - nominal|) at p50 and p99. `evaluate` compares a `LatencyMeasurement` with a budget and
+(|period - nominal|) at p50 and p99, timed by the controller's send stamps (JointTrajectory headers;
+arrival times for Float64MultiArray, which has none). Arrival periods are reported beside them. `evaluate` compares a `LatencyMeasurement` with a budget and
 always reports the measured numbers, pass or fail.
 """
 
@@ -93,7 +94,9 @@ class LatencyMeasurement:
     """What a latency probe saw."""
 
     end_to_end_ms: list[float] = field(default_factory=list)  # one per chunk whose stamp the probe sent
-    command_stamps_ns: list[int] = field(default_factory=list)  # receive times of controller commands
+    command_stamps_ns: list[int] = field(default_factory=list)  # when the controller sent each command
+    # (its header stamp; the arrival time for messages without a header)
+    command_arrivals_ns: list[int] = field(default_factory=list)  # when each command reached the probe
     unmatched_chunks: int = 0  # chunks whose observation stamp the probe never sent
     problem: str = ""  # why the measurement stopped early ("" when it ran to the end)
 
@@ -105,18 +108,23 @@ class LatencyResult:
     summary: dict
 
     def report(self) -> str:
-        e2e, period = self.summary["end_to_end_ms"], self.summary["command_period"]
+        e2e = self.summary["end_to_end_ms"]
         lines = [
             f"latency [{self.summary['deployment']}]: {'PASS' if self.passed else 'FAIL'}",
-            f"  end-to-end ms   n={e2e['count']}  p50={_num(e2e['p50'])}  p95={_num(e2e['p95'])}  "
+            f"  end-to-end ms     n={e2e['count']}  p50={_num(e2e['p50'])}  p95={_num(e2e['p95'])}  "
             f"p99={_num(e2e['p99'])}  max={_num(e2e['max'])}",
-            f"  command period  nominal={period['nominal_ms']:.1f} ms  n={period['period_ms']['count']}  "
-            f"p50={_num(period['period_ms']['p50'])}  p99={_num(period['period_ms']['p99'])}  "
-            f"|error| p50={_num(period['error_ms']['p50'])}  p99={_num(period['error_ms']['p99'])}  "
-            f"jitter={_num(period['jitter_ms'])}  missed={period['missed']}",
+            _period_line("command period", self.summary["command_period"]),
+            _period_line("  as received", self.summary["command_arrival_period"]),
         ]
         lines.extend(f"  over budget: {failure}" for failure in self.failures)
         return "\n".join(lines)
+
+
+def _period_line(label: str, period: dict) -> str:
+    return (f"  {label:<16}nominal={period['nominal_ms']:.1f} ms  n={period['period_ms']['count']}  "
+            f"p50={_num(period['period_ms']['p50'])}  p99={_num(period['period_ms']['p99'])}  "
+            f"|error| p50={_num(period['error_ms']['p50'])}  p99={_num(period['error_ms']['p99'])}  "
+            f"jitter={_num(period['jitter_ms'])}  missed={period['missed']}")
 
 
 def _num(value) -> str:
@@ -141,6 +149,7 @@ def evaluate(measurement: LatencyMeasurement, budget: LatencyBudget) -> LatencyR
         if value is not None and value > bound:
             failures.append(f"{name} {value:.2f} ms > {bound:.2f} ms ({budget.deployment})")
     summary = {"deployment": budget.deployment, "end_to_end_ms": e2e, "command_period": period,
+               "command_arrival_period": period_stats(measurement.command_arrivals_ns, budget.command_period_s),
                "unmatched_chunks": measurement.unmatched_chunks}
     return LatencyResult(not failures, tuple(failures), summary)
 

@@ -70,8 +70,12 @@ class LatencyProbe:
         else:
             self.measurement.end_to_end_ms.append(latency)
 
-    def _on_command(self, _msg) -> None:
-        self.measurement.command_stamps_ns.append(time.time_ns())
+    def _on_command(self, msg) -> None:
+        received = time.time_ns()
+        header = getattr(msg, "header", None)
+        sent = int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec) if header is not None else 0
+        self.measurement.command_stamps_ns.append(sent or received)
+        self.measurement.command_arrivals_ns.append(received)
 
     def publish_observation(self) -> int:
         """Publish one stamped observation (images, joint state, and the instruction); returns its stamp."""
@@ -130,13 +134,16 @@ class LatencyProbe:
 
 
 def probe_inputs(config, spec=None) -> tuple[dict[str, tuple[int, int]], tuple[str, ...]]:
-    """Cameras (name -> image size) and state joints a graph with this config (and model) subscribes to."""
+    """Cameras (name -> image size) and joint names a graph with this config (and model) listens to."""
     if spec is None:
         from embodied_ros.nodes.runtime_cache import acquire_runtime
 
         spec = acquire_runtime(config.bundle, config.backend).spec
     cameras = {name: tuple(spec.image_size) for name in (config.inputs.cameras or spec.camera_names)}
-    return cameras, tuple(config.inputs.state_joints or spec.state_names)
+    state = tuple(config.inputs.state_joints or spec.state_names)
+    commanded = tuple(config.controller.joints or spec.action_names)
+    # a robot reports the commanded joints too: the controller holds them when a chunk runs out
+    return cameras, state + tuple(name for name in commanded if name not in state)
 
 
 def measure_latency(budget: LatencyBudget, config, *, spec=None, domain_id: int | None = None, namespace: str = ""):
