@@ -150,11 +150,11 @@ def _plot_actions(series: ReportSeries) -> str | None:
             times = chunk.observation_ns + (np.arange(chunk.actions.shape[0]) + 1) * chunk.action_period_s * 1e9
             ax.plot(_seconds(times, series.start_ns), chunk.actions[:, j], color="tab:blue", alpha=0.35, lw=0.8,
                     label="predicted chunks" if k == 0 else None)
-        for source, color, label in ((series.reference, "black", "recorded"), (series.commands, "tab:orange", "streamed")):
+        for source, style in ((series.commands, dict(color="tab:orange", lw=0.8, alpha=0.8, label="streamed")),
+                              (series.reference, dict(color="black", lw=1.4, label="recorded"))):
             column = _column(source, name, j, n)
             if column is not None:
-                ax.plot(_seconds(source.stamps_ns, series.start_ns), source.positions[:, column], color=color,
-                        lw=1.2, label=label)
+                ax.plot(_seconds(source.stamps_ns, series.start_ns), source.positions[:, column], **style)
         ax.set_title(name, fontsize=9)
     for j in range(n, rows * cols):
         axes[j // cols][j % cols].axis("off")
