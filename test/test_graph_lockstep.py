@@ -83,3 +83,11 @@ def test_params_file_nests_dotted_names_for_ros():
     command = node_command("prefix", "/tmp/p.yaml", namespace="arm", remaps=["joint_states:=/arm/js"])
     assert command[1:3] == ["-m", "embodied_ros.nodes.prefix"]
     assert command[-4:] == ["-r", "__ns:=/arm", "-r", "joint_states:=/arm/js"]
+
+
+def test_warm_up_runs_every_stage_once_before_any_control_step():
+    from embodied_ros.nodes.runtime_cache import warm_up
+
+    runtime = FakeRuntime(has_world_model=True)
+    warm_up(runtime)
+    assert [stage for stage, _ in runtime.calls] == ["perception", "prefix", "world", "action"]
