@@ -216,3 +216,22 @@ def test_replay_of_a_bag_written_by_rosbags_with_its_own_settings(tmp_path):
     assert result.metrics["bag"]["storage"] == "sqlite3" and result.metrics["partial"] is False
     assert result.metrics["actions"] == {"reference": None, "joint_names": list(JOINTS), "available": False,
                                          "reason": "the bag has no recorded commands"}
+
+
+def test_non_finite_joint_states_give_a_partial_result_not_a_failure(tmp_path):
+    from embodied_ros.replay.bag_writer import BagWriter
+    from embodied_ros.replay.synthetic import episode_messages
+
+    with BagWriter(tmp_path / "bag", "mcap") as writer:
+        for stamp, topic, msgtype, msg in episode_messages(EPISODE):
+            if msgtype == m.JOINT_STATE and 0.3e9 <= stamp - EPISODE.start_ns < 0.55e9:
+                msg.position = np.full_like(msg.position, np.nan)  # a sensor glitch
+            writer.write(topic, msgtype, stamp, msg)
+    result = _replay(tmp_path / "bag", tmp_path / "out")
+    metrics = result.metrics
+    assert metrics["partial"] is True
+    assert metrics["refused_observations"]["count"] >= 2
+    assert "non-finite position" in metrics["refused_observations"]["first"][0]["reason"]
+    # the action head keeps answering from the last good observation, so those chunks grow old
+    assert metrics["staleness"]["max"] >= 200.0
+    assert metrics["commands"]["count"] == 5 * metrics["run"]["steps"]

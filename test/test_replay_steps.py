@@ -44,11 +44,15 @@ def test_state_errors_name_the_joints():
     episode = _episode()
     with pytest.raises(BagError, match=r"needs joints \['elbow'\].*they name \['a', 'b'\]"):
         StateSelector(episode, ("a", "elbow"))
+    with pytest.raises(ValueError, match="positive"):
+        plan_steps(episode, 0.0)
+
+
+def test_non_finite_state_is_passed_on_for_the_graph_to_refuse():
     positions = np.arange(12.0).reshape(6, 2)
     positions[:3, 1] = np.nan  # joint b published only from the 4th message on
     episode = _episode(positions)
     selector = StateSelector(episode, ("a", "b"))
-    with pytest.raises(BagError, match=r"no finite value yet for joints \['b'\] at step 0"):
-        observation_at(episode, plan_steps(episode, 0.04)[0], selector, 0)
-    with pytest.raises(ValueError, match="positive"):
-        plan_steps(episode, 0.0)
+    steps = plan_steps(episode, 0.04)
+    assert np.isnan(observation_at(episode, steps[0], selector, 0).state[1])
+    np.testing.assert_array_equal(observation_at(episode, steps[2], selector, 0).state, [8.0, 9.0])

@@ -79,14 +79,11 @@ class StateSelector:
         self.columns = [joints.names.index(n) for n in self.state_names]
 
     def state(self, episode: Episode, step: ReplayStep) -> np.ndarray | None:
+        """(state_dim,) float32 in model order. Non-finite values (recorded NaN, or a joint whose publisher
+        has not spoken yet) are passed on: the graph refuses that observation as it would live."""
         if self.columns is None:
             return None
-        values = episode.joint_states.positions[step.joint_index, self.columns]
-        if not np.isfinite(values).all():
-            bad = [n for n, v in zip(self.state_names, values) if not np.isfinite(v)]
-            raise BagError(f"{episode.joint_states.topic}: no finite value yet for joints {bad} at step "
-                           f"{step.index} (t={step.bag_ns} ns)")
-        return values.astype(np.float32)
+        return episode.joint_states.positions[step.joint_index, self.columns].astype(np.float32)
 
 
 def observation_at(episode: Episode, step: ReplayStep, selector: StateSelector, stamp_ns: int) -> Observation:
