@@ -21,8 +21,11 @@ def test_full_size_dimensions():
     assert FULL_SIZE.vision.tokens_per_camera == 256 and FULL_SIZE.vision.head_dim == 72
     assert FULL_SIZE.max_prefix_len == 3 * 256 + 200
     shapes = naming.expected_shapes(FULL_SIZE)
-    assert shapes["lm.blk.17.attn_q.weight"] == (2048, 2048) and shapes["lm.blk.0.attn_k.weight"] == (256, 2048)
-    assert shapes["expert.blk.0.attn_q.weight"] == (2048, 1024) and shapes["expert.blk.0.attn_out.weight"] == (1024, 2048)
+    assert shapes["lm.blk.17.attn_qkv.weight"] == (2048 + 2 * 256, 2048)
+    assert shapes["lm.blk.0.ffn_gate_up.weight"] == (2 * 16384, 2048)
+    assert shapes["expert.blk.0.attn_qkv.weight"] == (2048 + 2 * 256, 1024)
+    assert shapes["expert.blk.0.attn_out.weight"] == (1024, 2048)
+    assert shapes["vision.blk.26.attn_qkv.bias"] == (3 * 1152,)
     assert shapes["expert.blk.3.attn_norm.weight"] == (3072, 1024) and shapes["vision.patch.weight"] == (1152, 588)
 
 
@@ -81,6 +84,21 @@ def test_lerobot_names_map_to_runtime_names():
     assert all(len(name) <= 64 for name in naming.expected_shapes(FULL_SIZE))  # GGUF name limit
 
 
+def test_projections_are_stacked_q_k_v_and_gate_up():
+    from safetensors.numpy import load_file
+
+    state = load_file(str(TINY / "model.safetensors"))
+    stacked = naming.from_lerobot(state)
+    lm = "model.paligemma_with_expert.paligemma.model.language_model.layers.1."
+    expected = np.concatenate([state[lm + f"self_attn.{p}_proj.weight"] for p in "qkv"])
+    np.testing.assert_array_equal(stacked["lm.blk.1.attn_qkv.weight"], expected)
+    expected = np.concatenate([state[lm + f"mlp.{p}_proj.weight"] for p in ("gate", "up")])
+    np.testing.assert_array_equal(stacked["lm.blk.1.ffn_gate_up.weight"], expected)
+    vision = "model.paligemma_with_expert.paligemma.model.vision_tower.vision_model.encoder.layers.0.self_attn."
+    np.testing.assert_array_equal(stacked["vision.blk.0.attn_qkv.bias"],
+                                  np.concatenate([state[vision + f"{p}_proj.bias"] for p in "qkv"]))
+
+
 def test_tied_checkpoint_takes_embeddings_from_lm_head():
     table = np.arange(6, dtype=np.float32).reshape(3, 2)
     renamed = naming.from_lerobot({"model.paligemma_with_expert.paligemma.lm_head.weight": table})
@@ -89,8 +107,8 @@ def test_tied_checkpoint_takes_embeddings_from_lm_head():
 
 def test_weight_checks_name_the_tensor():
     config, weights, _ = record(TINY)
-    broken = dict(weights, **{"lm.blk.1.ffn_up.weight": np.zeros((3, 3), np.float32)})
-    with pytest.raises(ValueError, match=r"lm.blk.1.ffn_up.weight \(3, 3\)"):
+    broken = dict(weights, **{"lm.blk.1.ffn_down.weight": np.zeros((3, 3), np.float32)})
+    with pytest.raises(ValueError, match=r"lm.blk.1.ffn_down.weight \(3, 3\)"):
         naming.check_weights(broken, config)
     missing = {k: v for k, v in weights.items() if k != "time_in.bias"}
     with pytest.raises(ValueError, match="time_in.bias"):

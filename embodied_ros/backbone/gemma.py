@@ -8,7 +8,7 @@ Axes: n prefix tokens, D width, H query heads, K kv heads (1 in pi0.5), d head w
     h = rms(x) * (1 + w_ffn)
     x += ffn_down(gelu_tanh(ffn_gate(h)) * ffn_up(h))       (gate and up as one product)
 
-Layers come with their projections stacked (`fuse_layer`, once at load): fewer, larger matrix
+Layer weights come with q/k/v and gate/up stacked (models/pi05/weights.py): fewer, larger matrix
 products, which matters most for the action expert's 50-token steps.
 
 pi0.5 reads only the per-layer K/V of the prefix (the LM's output hidden state is unused), so the
@@ -28,40 +28,19 @@ if TYPE_CHECKING:
     from embodied_ros.models.pi05.config import GemmaConfig
 
 
-def stack_rows(weights: Sequence[Any]) -> Any:
-    """Weights [out_i, in] -> one weight [sum out_i, in] (float arrays or quantized tensors).
-
-    Quantized rows are independent, so stacking their blocks is exact; mixed types are expanded
-    to float32 first.
-    """
-    if all(isinstance(w, QuantTensor) for w in weights) and len({w.qtype for w in weights}) == 1:
-        data = np.concatenate([w.data for w in weights])
-        return QuantTensor(weights[0].qtype, (data.shape[0], weights[0].shape[1]), data)
-    return np.concatenate([w.dequantize() if isinstance(w, QuantTensor) else np.asarray(w, np.float32)
-                           for w in weights])
-
-
 def row_slice(weight: Any, start: int, stop: int) -> Any:
-    """Rows start..stop of a weight, as a view."""
+    """Rows start..stop of a weight (float array or quantized tensor), as a view."""
     if isinstance(weight, QuantTensor):
         return QuantTensor(weight.qtype, (stop - start, weight.shape[1]), weight.data[start:stop])
     return weight[start:stop]
 
 
-def fuse_layer(cfg: "GemmaConfig", w: Mapping[str, Any]) -> dict[str, Any]:
-    """A layer's tensors with q/k/v and gate/up stacked, so each is one matrix product.
-
-    Adds `attn_qkv.weight` [(H + 2K) d, D], its K/V rows `attn_kv.weight` (a view) and
-    `ffn_gate_up.weight` [2F, D]; the separate projections are dropped.
-    """
-    fused = {name: weight for name, weight in w.items()
-             if name not in ("attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight")}
-    qkv = stack_rows([w["attn_q.weight"], w["attn_k.weight"], w["attn_v.weight"]])
+def with_kv_rows(cfg: "GemmaConfig", w: Mapping[str, Any]) -> dict[str, Any]:
+    """A layer's tensors plus `attn_kv.weight`, the K/V rows of its stacked q/k/v (a view), for
+    layers whose queries nobody reads."""
     q_rows = cfg.num_heads * cfg.head_dim
-    fused["attn_qkv.weight"] = qkv
-    fused["attn_kv.weight"] = row_slice(qkv, q_rows, q_rows + 2 * cfg.num_kv_heads * cfg.head_dim)
-    fused["ffn_gate_up.weight"] = stack_rows([w["ffn_gate.weight"], w["ffn_up.weight"]])
-    return fused
+    kv = row_slice(w["attn_qkv.weight"], q_rows, q_rows + 2 * cfg.num_kv_heads * cfg.head_dim)
+    return {**w, "attn_kv.weight": kv}
 
 
 def _split_heads(projected: np.ndarray, heads: int, head_dim: int) -> np.ndarray:

@@ -4,7 +4,7 @@ Axes: N cameras, T tokens per camera (patches, row-major), W vision width, H hea
 features (3 * patch^2, in (channel, row, column) order).
 
     x = patch_linear(patches) + position          (the reference's conv with kernel = stride = patch)
-    depth x:  x += attn_out(MHA(LN1(x)))           (q/k/v/out with bias, no mask, per camera)
+    depth x:  x += attn_out(MHA(LN1(x)))           (q/k/v stacked, with bias; no mask; per camera)
               x += fc2(gelu_tanh(fc1(LN2(x))))
     tokens = projector(LN_post(x))                 (no scaling)
 
@@ -34,11 +34,10 @@ def _encoder_layer(ks, cfg: VisionConfig, w: Mapping[str, Any], x: np.ndarray, n
     # x: [N*T, W]
     tokens = x.shape[0] // n_cameras
     h = ks.layer_norm(x, w["ln1.weight"], w["ln1.bias"], cfg.eps)
-    heads = (n_cameras, tokens, cfg.num_heads, cfg.head_dim)
-    q = ks.linear(h, w["attn_q.weight"], w["attn_q.bias"]).reshape(heads)
-    k = ks.linear(h, w["attn_k.weight"], w["attn_k.bias"]).reshape(heads)
-    v = ks.linear(h, w["attn_v.weight"], w["attn_v.bias"]).reshape(heads)
-    attended = np.concatenate([ks.attention(q[c], k[c], v[c]) for c in range(n_cameras)])  # [N*T, H, hd]
+    qkv = ks.linear(h, w["attn_qkv.weight"], w["attn_qkv.bias"]).reshape(n_cameras, tokens, 3, cfg.num_heads,
+                                                                          cfg.head_dim)
+    attended = np.concatenate([ks.attention(qkv[c, :, 0], qkv[c, :, 1], qkv[c, :, 2])
+                               for c in range(n_cameras)])  # [N*T, H, hd]
     x = x + ks.linear(attended.reshape(x.shape), w["attn_out.weight"], w["attn_out.bias"])
     h = ks.layer_norm(x, w["ln2.weight"], w["ln2.bias"], cfg.eps)
     return x + ks.linear(ks.gelu_tanh(ks.linear(h, w["fc1.weight"], w["fc1.bias"])), w["fc2.weight"], w["fc2.bias"])

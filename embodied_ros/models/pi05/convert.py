@@ -29,7 +29,7 @@ from safetensors.numpy import load_file
 
 from embodied_ros.models.pi05.config import (DEFAULT_ACTION_PERIOD_S, GemmaConfig, Pi05Config, VisionConfig,
                                              camera_name)
-from embodied_ros.models.pi05.weights import check_weights, from_lerobot, tensor_group
+from embodied_ros.models.pi05.weights import check_weights, rename_lerobot, stack_projections, tensor_group
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -72,7 +72,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         raise ValueError(f"{source}: not a pi0.5 checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot pi05 policy or a reference record)")
     raw_config = json.loads((source / CONFIG_FILE).read_text())
-    weights = from_lerobot(load_file(str(source / WEIGHTS_FILE)))
+    weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
     if raw_config.get("type") == "pi05":
         hints = _model_dims_hints(source, reference)
         hints.update(overrides or {})
@@ -81,6 +81,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
     else:
         config = Pi05Config.from_fixture_json(raw_config)
         stats = {}
+    weights = stack_projections(weights)
     check_weights(weights, config)
     tokenizer_path = source / TOKENIZER_FILE
     tokenizer = tokenizer_path.read_bytes() if tokenizer_path.is_file() else None

@@ -60,9 +60,8 @@ class Pi05Model:
         self.ks = KernelSet(backend)
         self.weights = prepare_weights(weights)
         self.vision_layers = _layers(self.weights, "vision", config.vision.depth)
-        self.lm_layers = [gemma.fuse_layer(config.lm, w) for w in _layers(self.weights, "lm", config.lm.depth)]
-        self.expert_layers = [gemma.fuse_layer(config.expert, w)
-                              for w in _layers(self.weights, "expert", config.expert.depth)]
+        self.lm_layers = [gemma.with_kv_rows(config.lm, w) for w in _layers(self.weights, "lm", config.lm.depth)]
+        self.expert_layers = _layers(self.weights, "expert", config.expert.depth)
         self.step_conditioning = tuple(
             action_expert.step_conditioning(self.ks, self.weights, self.expert_layers, t,
                                             config.time_min_period, config.time_max_period)

@@ -6,20 +6,24 @@ Runtime names are short (GGUF allows 64 characters) and say what a tensor does:
                                         [width, 3, p, p]; flattened in (channel, row, column) order)
     vision.position                     learned position embedding [tokens_per_camera, width]
     vision.blk.{i}.{ln1,ln2}.{weight,bias}
-    vision.blk.{i}.{attn_q,attn_k,attn_v,attn_out,fc1,fc2}.{weight,bias}
+    vision.blk.{i}.{attn_qkv,attn_out,fc1,fc2}.{weight,bias}
     vision.post_ln.{weight,bias}
     projector.{weight,bias}             SigLIP width -> LM width
     lm.token_embd                       [vocab, lm width]
     lm.blk.{i}.{attn_norm,ffn_norm}.weight
-    lm.blk.{i}.{attn_q,attn_k,attn_v,attn_out,ffn_gate,ffn_up,ffn_down}.weight
+    lm.blk.{i}.{attn_qkv,attn_out,ffn_gate_up,ffn_down}.weight
     expert.blk.{i}.{attn_norm,ffn_norm}.{weight,bias}   adaptive RMSNorm: time conditioning ->
                                         (scale, shift, gate), [3*expert width, cond width]
-    expert.blk.{i}.{attn_q,...,ffn_down}.weight
+    expert.blk.{i}.{attn_qkv,attn_out,ffn_gate_up,ffn_down}.weight
     expert.final_norm.{weight,bias}
     action_in.{weight,bias}, action_out.{weight,bias}, time_in.{weight,bias}, time_out.{weight,bias}
 
-Linear weights are [out, in], as in the checkpoint. Unused checkpoint tensors (both lm_heads, the
-LM's final norm) are dropped; a tied save that holds only `lm_head` gives `lm.token_embd`.
+Linear weights are [out, in], as in the checkpoint. The query, key and value projections of a
+layer are stacked into one `attn_qkv` [q rows + k rows + v rows, in], and the Gemma MLP's gate
+and up projections into one `ffn_gate_up` [2 * mlp, in]: one matrix product each, and the bundle
+stores them that way so the runtime maps them without a copy. Unused checkpoint tensors (both
+lm_heads, the LM's final norm) are dropped; a tied save that holds only `lm_head` gives
+`lm.token_embd`.
 """
 
 from __future__ import annotations
@@ -86,8 +90,10 @@ def runtime_name(lerobot_name: str) -> str | None:
     raise ValueError(f"{lerobot_name!r} is not a pi0.5 parameter (LeRobot PI05Policy naming)")
 
 
-def from_lerobot(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """LeRobot `PI05Policy.state_dict()` tensors -> runtime names (dtypes kept, patch conv flattened)."""
+def rename_lerobot(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """LeRobot `PI05Policy.state_dict()` -> runtime prefixes with each projection on its own
+    (`attn_q`, `attn_k`, `attn_v`, `ffn_gate`, `ffn_up`): the shapes dimensions are read from.
+    Dtypes are kept; the patch conv is flattened to a linear."""
     unknown = []
     renamed: dict[str, np.ndarray] = {}
     for name in state_dict:
@@ -106,7 +112,28 @@ def from_lerobot(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
     patch = renamed.get("vision.patch.weight")
     if patch is not None and patch.ndim == 4:
         renamed["vision.patch.weight"] = patch.reshape(patch.shape[0], -1)
-    return dict(sorted(renamed.items(), key=lambda item: _natural_key(item[0])))
+    return renamed
+
+
+_STACKS = (("attn_qkv", ("attn_q", "attn_k", "attn_v")), ("ffn_gate_up", ("ffn_gate", "ffn_up")))
+
+
+def stack_projections(renamed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Projections read by one matrix product stacked along their output rows (see module doc)."""
+    stacked = dict(renamed)
+    for name in renamed:
+        if not name.endswith((".attn_q.weight", ".attn_q.bias", ".ffn_gate.weight")):
+            continue
+        layer, part, kind = name.rsplit(".", 2)
+        target, sources = next((t, srcs) for t, srcs in _STACKS if srcs[0] == part)
+        parts = [stacked.pop(f"{layer}.{source}.{kind}") for source in sources]
+        stacked[f"{layer}.{target}.{kind}"] = np.concatenate(parts)
+    return dict(sorted(stacked.items(), key=lambda item: _natural_key(item[0])))
+
+
+def from_lerobot(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """LeRobot `PI05Policy.state_dict()` tensors -> the runtime's tensors."""
+    return stack_projections(rename_lerobot(state_dict))
 
 
 def _natural_key(name: str) -> tuple:
@@ -124,9 +151,8 @@ def expected_shapes(config: Pi05Config) -> dict[str, tuple[int, ...]]:
         "lm.token_embd": (config.vocab_size, lm.width),
     }
     for i in range(v.depth):
-        layer = {"ln1": (v.width,), "ln2": (v.width,), "attn_q": (v.width, v.width), "attn_k": (v.width, v.width),
-                 "attn_v": (v.width, v.width), "attn_out": (v.width, v.width), "fc1": (v.mlp_dim, v.width),
-                 "fc2": (v.width, v.mlp_dim)}
+        layer = {"ln1": (v.width,), "ln2": (v.width,), "attn_qkv": (3 * v.width, v.width),
+                 "attn_out": (v.width, v.width), "fc1": (v.mlp_dim, v.width), "fc2": (v.width, v.mlp_dim)}
         for part, shape in layer.items():
             if len(shape) == 2:
                 shapes[f"vision.blk.{i}.{part}.weight"], shapes[f"vision.blk.{i}.{part}.bias"] = shape, shape[:1]
@@ -154,9 +180,8 @@ def expected_shapes(config: Pi05Config) -> dict[str, tuple[int, ...]]:
 
 def _gemma_linear_shapes(cfg) -> dict[str, tuple[int, int]]:
     q_rows, kv_rows = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    return {"attn_q": (q_rows, cfg.width), "attn_k": (kv_rows, cfg.width), "attn_v": (kv_rows, cfg.width),
-            "attn_out": (cfg.width, q_rows), "ffn_gate": (cfg.mlp_dim, cfg.width),
-            "ffn_up": (cfg.mlp_dim, cfg.width), "ffn_down": (cfg.width, cfg.mlp_dim)}
+    return {"attn_qkv": (q_rows + 2 * kv_rows, cfg.width), "attn_out": (cfg.width, q_rows),
+            "ffn_gate_up": (2 * cfg.mlp_dim, cfg.width), "ffn_down": (cfg.width, cfg.mlp_dim)}
 
 
 def check_weights(weights: Mapping[str, Any], config: Pi05Config) -> None:
