@@ -10,11 +10,13 @@ LeRobot save      `policy.save_pretrained` output: config.json is a `PI05Config`
                   with their normalizer stats files, and optionally `tokenizer.model`.
 
 Dimensions come from tensor shapes where they can: widths, depths, MLP sizes, vocabulary, patch
-size, tokens per camera, padded action width. Head counts cannot be read from shapes; they come,
-in this order, from `overrides` ("vision.num_heads=4"), from a `cases.json` "model_dims" next to
-the checkpoint or in the reference folder, or from the variant the config names when the widths
-match it (gemma_2b / gemma_300m: 8 heads, 1 kv head; SigLIP so400m: 16 heads). A dimension that
-none of these gives is an error that names the override to pass.
+size, tokens per camera, padded action width, kv heads (given the query heads). Query head counts
+cannot be read from shapes; they come, in this order, from `overrides` ({"vision.num_heads": 4}),
+from a `cases.json` "model_dims" next to the checkpoint or in the reference folder, or from the
+variant the config names: gemma_2b / gemma_300m have 8 query heads at any width (LeRobot builds
+pi0.5 that way), SigLIP so400m 16 heads when the width is its 1152. A count that none of these
+gives is an error naming the override to pass. State joint names come from `overrides` or that
+cases.json ("state_names"), else state_0, state_1, ...
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
     raw_config = json.loads((source / CONFIG_FILE).read_text())
     weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
     if raw_config.get("type") == "pi05":
-        hints = _model_dims_hints(source, reference)
+        hints = _recorded_hints(source, reference)
         hints.update(overrides or {})
         config = _config_from_lerobot(raw_config, weights, hints)
         stats = _lerobot_stats(source, raw_config)
@@ -135,8 +137,10 @@ def _check_reference(output: Path) -> None:
 
 # ---- LeRobot layout ------------------------------------------------------------------------
 
-def _model_dims_hints(source: Path, reference: Path | None) -> dict[str, Any]:
-    """Head counts recorded by a reference-case description (cases.json "model_dims"), if any."""
+def _recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
+    """What a reference-case description (cases.json) beside the checkpoint or in the reference
+    folder records and the checkpoint lacks: head counts ("model_dims") and the state's joint
+    names ("state_names")."""
     for folder in ([Path(reference)] if reference else []) + [source, source.parent]:
         path = folder / "cases.json"
         if path.is_file():
@@ -144,7 +148,11 @@ def _model_dims_hints(source: Path, reference: Path | None) -> dict[str, Any]:
             hints = {f"vision.{k}": v for k, v in dims.get("vision", {}).items()}
             hints.update({f"lm.{k}": v for k, v in dims.get("lm", {}).items()})
             hints.update({f"expert.{k}": v for k, v in dims.get("expert", {}).items()})
-            return {k: v for k, v in hints.items() if k.endswith(("num_heads", "num_kv_heads", "head_dim"))}
+            hints = {k: v for k, v in hints.items() if k.endswith(("num_heads", "num_kv_heads", "head_dim"))}
+            recorded = json.loads(path.read_text())
+            if recorded.get("state_names"):
+                hints["state_names"] = list(recorded["state_names"])
+            return hints
     return {}
 
 
@@ -200,7 +208,9 @@ def _config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarra
     action_names = list(raw.get("action_feature_names") or [])
     if len(action_names) != action_dim:
         action_names = [f"action_{i}" for i in range(action_dim)]
-    state_names = [f"state_{i}" for i in range(state_dim)]
+    state_names = list(hints.get("state_names") or [])
+    if len(state_names) != state_dim:
+        state_names = [f"state_{i}" for i in range(state_dim)]
     relative = ()
     if raw.get("use_relative_actions"):
         excluded = tuple(raw.get("relative_exclude_joints") or ())
