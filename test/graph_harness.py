@@ -15,6 +15,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from trajectory_msgs.msg import JointTrajectory
 
+from embodied_ros.graph.spinning import SpinThread
 from embodied_ros.graph.stats import status_values
 from embodied_ros.graph.topics import ACTION_CHUNK, COMMAND_TOPICS, DIAGNOSTICS, INPUT_STATUS, TIMING
 from embodied_ros.inputs.stamps import time_to_ns
@@ -136,15 +137,14 @@ class Outside:
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.robot)
         self.executor.add_node(self.probe)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self.spinner = SpinThread(self.executor, "outside")
+        self.spinner.start()
 
     def now_ns(self) -> int:
         return self.robot.get_clock().now().nanoseconds
 
     def close(self) -> None:
-        self.executor.shutdown(timeout_sec=5.0)
-        self.thread.join(timeout=5.0)
+        self.spinner.stop()
         self.robot.destroy_node()
         self.probe.destroy_node()
         rclpy.try_shutdown(context=self.context)

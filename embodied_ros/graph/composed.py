@@ -1,19 +1,19 @@
 """All nodes of a graph in one process (stage outputs handed over by reference).
 
-Two executors on two threads: one for the controller and the observation node (light, on time),
-one multi-threaded for the stages (heavy; the kernels release the GIL), so inference never
-delays a command.
+The controller and the observation node (light, on time) share one executor thread; each stage
+has its own (heavy; the kernels release the GIL), so inference never delays a command and the
+stages of different steps overlap.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Sequence
 
 from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 
 from embodied_ros.graph.config import GraphConfig
+from embodied_ros.graph.spinning import SpinThread
 from embodied_ros.graph.transport import ResultStore
 from embodied_ros.nodes.action import ActionNode
 from embodied_ros.nodes.controller import ControllerNode
@@ -48,8 +48,7 @@ class ComposedGraph:
         self.namespace = namespace
         self.cli_args = list(cli_args)
         self.nodes: dict[str, object] = {}
-        self._executors: list = []
-        self._threads: list[threading.Thread] = []
+        self._spinners: list[SpinThread] = []
 
     def start(self) -> None:
         """Create, configure and activate every node; RuntimeError names the nodes that failed."""
@@ -61,14 +60,16 @@ class ComposedGraph:
                 runtime=runtime, store=store, parameters=parameters, context=self.context,
                 namespace=self.namespace, cli_args=self.cli_args or None)
         control = SingleThreadedExecutor(context=self.context)
-        stages = MultiThreadedExecutor(num_threads=len(self.nodes) - len(CONTROL_NODES) + 1, context=self.context)
+        for name in CONTROL_NODES:
+            control.add_node(self.nodes[name])
+        self._spinners = [SpinThread(control, "graph-control")]
         for name, node in self.nodes.items():
-            (control if name in CONTROL_NODES else stages).add_node(node)
-        self._executors = [control, stages]
-        for executor in self._executors:
-            thread = threading.Thread(target=executor.spin, daemon=True, name=f"graph-{type(executor).__name__}")
-            thread.start()
-            self._threads.append(thread)
+            if name not in CONTROL_NODES:  # one thread per stage: stages compute in parallel
+                executor = SingleThreadedExecutor(context=self.context)
+                executor.add_node(node)
+                self._spinners.append(SpinThread(executor, f"graph-{name}"))
+        for spinner in self._spinners:
+            spinner.start()
         failed = bring_up(self.nodes.values())
         if failed:
             self.stop()
@@ -78,12 +79,9 @@ class ComposedGraph:
         for node in reversed(list(self.nodes.values())):
             if getattr(node, "active", False):
                 node.trigger_deactivate()
-        for executor in self._executors:
-            executor.shutdown(timeout_sec=5.0)
-        for thread in self._threads:
-            thread.join(timeout=5.0)
+        for spinner in self._spinners:
+            spinner.stop()
         for node in self.nodes.values():
             node.destroy_node()
         self.nodes.clear()
-        self._executors.clear()
-        self._threads.clear()
+        self._spinners.clear()

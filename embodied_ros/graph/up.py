@@ -4,7 +4,6 @@ print a live summary, and return a final report with rates, latencies and the co
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
@@ -19,6 +18,7 @@ from embodied_ros.graph.monitor import GraphMonitor
 from embodied_ros.graph.paths import dds_environment
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_until_active
+from embodied_ros.graph.spinning import SpinThread
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.nodes.synthetic import SyntheticRobot
 from embodied_ros.pipeline.stages import Runtime
@@ -62,7 +62,7 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         robot = SyntheticRobot(config, cameras, config.inputs.state_joints or spec.state_names,
                                config.controller.joints or spec.action_names, **node_kwargs)
         outside.add_node(robot)
-    spinner = threading.Thread(target=outside.spin, daemon=True)
+    spinner = SpinThread(outside, "up-outside")
     spinner.start()
     started = time.monotonic()
     graph, first_chunk_s, exited, ran_s = None, None, {}, 0.0
@@ -82,9 +82,9 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
     finally:
         if graph is not None:
             graph.stop()
-        outside.shutdown(timeout_sec=5.0)
-        spinner.join(timeout=5.0)
-        for node in outside.get_nodes():
+        nodes = outside.get_nodes()
+        spinner.stop()
+        for node in nodes:
             node.destroy_node()
         rclpy.try_shutdown(context=context)
     return UpReport(config.layout, config.bundle, ran_s, first_chunk_s,

@@ -1,0 +1,33 @@
+"""An executor spun on its own thread that stops cleanly.
+
+rclpy 9.1.2's `Executor.shutdown` destroys its guard condition without waiting for callbacks
+still running, which then fail ("cannot use Destroyable ..."). Here the thread stops spinning
+first (callbacks run inline on it), then the executor shuts down with nothing in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from rclpy.executors import Executor
+
+
+class SpinThread:
+    def __init__(self, executor: Executor, name: str):
+        self.executor = executor
+        self._running = False
+        self._thread = threading.Thread(target=self._spin, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._running = True
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._running = False
+        if self._thread.is_alive():
+            self._thread.join(timeout=timeout_s)
+        self.executor.shutdown(timeout_sec=timeout_s)
+
+    def _spin(self) -> None:
+        while self._running and self.executor.context.ok():
+            self.executor.spin_once(timeout_sec=0.05)
