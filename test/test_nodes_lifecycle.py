@@ -1,0 +1,66 @@
+"""Lifecycle of the graph's nodes: a bad bundle leaves a node unconfigured without crashing it;
+deactivating the action head makes the controller hold; deactivating the controller sends one
+hold command and stops the stream; activating again resumes."""
+
+import time
+
+import rclpy
+from rclpy.context import Context
+from rclpy.lifecycle import TransitionCallbackReturn
+
+from embodied_ros.graph.composed import ComposedGraph
+from embodied_ros.graph.config import load_config
+from embodied_ros.nodes.perception import PerceptionNode
+from fake_runtime import FakeRuntime
+from graph_harness import Outside, next_domain, streaming_since, wait_for
+
+
+def test_configure_with_a_missing_bundle_fails_cleanly(tmp_path, capfd):
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    try:
+        node = PerceptionNode(parameters={"bundle": str(tmp_path / "missing.gguf")}, context=context)
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert node.trigger_activate() == TransitionCallbackReturn.ERROR  # still unconfigured
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+    assert "configure failed" in capfd.readouterr().err
+
+
+def test_deactivate_and_activate_again():
+    runtime = FakeRuntime()
+    config = load_config(None, {"schedule.step_period_s": 0.1, "diagnostics.period_s": 0.5})
+    domain = next_domain()
+    context = Context()
+    rclpy.init(context=context, domain_id=domain)
+    graph = ComposedGraph(config, context=context, runtime=runtime)
+    outside = Outside(config, runtime.spec, domain)
+    graph.start()
+    probe = outside.probe
+    try:
+        wait_for(lambda: streaming_since(probe, 0), 20, "the controller to stream")
+        action = graph.nodes["action"]
+        stopped_ns = outside.now_ns()
+        assert action.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+        wait_for(lambda: probe.first_controller_state(lambda m: "ran out" in m, stopped_ns) is not None, 5,
+                 "the controller to hold once the action head stops")
+        resumed_ns = outside.now_ns()
+        assert action.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        wait_for(lambda: streaming_since(probe, resumed_ns), 10, "streaming again")
+
+        controller = graph.nodes["controller"]
+        sent_before = len(probe.command_times)
+        assert controller.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+        wait_for(lambda: len(probe.command_times) > sent_before, 5, "the hold command sent on deactivate")
+        wait_for(lambda: "inactive" in getattr(probe.status_of(": controller"), "message", ""), 5,
+                 "the controller to report inactive")
+        quiet = len(probe.command_times)
+        time.sleep(0.3)
+        assert len(probe.command_times) == quiet  # an inactive controller sends nothing
+        assert controller.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        wait_for(lambda: len(probe.command_times) > quiet + 10, 5, "commands to flow again")
+    finally:
+        graph.stop()
+        outside.close()
+        rclpy.try_shutdown(context=context)
