@@ -60,23 +60,25 @@ def _hold_then_recover(graph, outside, inject, clear, reason_part):
     assert all(node.active for node in graph.nodes.values())  # nobody crashed or fell out of active
 
 
-def test_camera_that_stops_publishing(running_graph):
+def test_camera_that_stops_publishing(running_graph, runtime):
     graph, outside = running_graph
-    robot = outside.robot
-    _hold_then_recover(graph, outside, lambda: robot.paused_cameras.add("base_0_rgb"),
-                       lambda: robot.paused_cameras.clear(), "camera base_0_rgb: newest message is")
+    robot, camera = outside.robot, runtime.spec.camera_names[0]
+    _hold_then_recover(graph, outside, lambda: robot.paused_cameras.add(camera),
+                       lambda: robot.paused_cameras.clear(), f"camera {camera}: newest message is")
 
 
-def test_nan_in_joint_states(running_graph):
+def test_nan_in_joint_states(running_graph, runtime):
     graph, outside = running_graph
-    robot = outside.robot
-    _hold_then_recover(graph, outside, lambda: setattr(robot, "nan_joint", "state_3"),
-                       lambda: setattr(robot, "nan_joint", None), "joint_states: non-finite position: state_3=nan")
+    robot, joint = outside.robot, runtime.spec.state_names[3]
+    _hold_then_recover(graph, outside, lambda: setattr(robot, "nan_joint", joint),
+                       lambda: setattr(robot, "nan_joint", None), f"joint_states: non-finite position: {joint}=nan")
 
 
-def test_malformed_image(running_graph):
+def test_malformed_image(running_graph, runtime):
     graph, outside = running_graph
-    robot = outside.robot
-    _hold_then_recover(graph, outside, lambda: setattr(robot, "truncated_camera", "wrist_0_rgb"),
+    robot, camera = outside.robot, runtime.spec.camera_names[-1]
+    height, width = runtime.spec.image_size
+    _hold_then_recover(graph, outside, lambda: setattr(robot, "truncated_camera", camera),
                        lambda: setattr(robot, "truncated_camera", None),
-                       "camera wrist_0_rgb: 56x56 rgb8 image with step 168 needs 9408 bytes")
+                       f"camera {camera}: {width}x{height} rgb8 image with step {3 * width} needs "
+                       f"{3 * width * height} bytes")

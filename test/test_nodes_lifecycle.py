@@ -64,3 +64,32 @@ def test_deactivate_and_activate_again():
         graph.stop()
         outside.close()
         rclpy.try_shutdown(context=context)
+
+
+def test_a_failing_callback_is_logged_and_the_thread_keeps_spinning(capfd):
+    from rclpy.executors import SingleThreadedExecutor
+
+    from embodied_ros.graph.spinning import SpinThread
+
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    node = rclpy.create_node("flaky", context=context)
+    calls = []
+
+    def tick():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("first tick fails")
+
+    node.create_timer(0.01, tick)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spinner = SpinThread(executor, "flaky-thread")
+    spinner.start()
+    try:
+        wait_for(lambda: len(calls) > 5, 5, "the timer to keep firing after its failure")
+    finally:
+        spinner.stop()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    assert "first tick fails" in capfd.readouterr().err

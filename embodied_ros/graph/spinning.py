@@ -2,12 +2,16 @@
 
 rclpy 9.1.2's `Executor.shutdown` destroys its guard condition without waiting for callbacks
 still running, which then fail ("cannot use Destroyable ..."). Here the thread stops spinning
-first (callbacks run inline on it), then the executor shuts down with nothing in flight.
+first (callbacks run inline on it), then the executor shuts down with nothing in flight. A
+callback that raises is logged with its traceback and the thread keeps spinning.
 """
 
 from __future__ import annotations
 
 import threading
+import traceback
+
+import rclpy.logging
 
 from rclpy.executors import Executor
 
@@ -17,6 +21,7 @@ class SpinThread:
         self.executor = executor
         self._running = False
         self._thread = threading.Thread(target=self._spin, name=name, daemon=True)
+        self._logger = rclpy.logging.get_logger("embodied_ros.graph")
 
     def start(self) -> None:
         self._running = True
@@ -30,4 +35,8 @@ class SpinThread:
 
     def _spin(self) -> None:
         while self._running and self.executor.context.ok():
-            self.executor.spin_once(timeout_sec=0.05)
+            try:
+                self.executor.spin_once(timeout_sec=0.05)
+            except Exception:  # a callback's bug must not silently stop every node on this thread
+                self._logger.error(f"callback failed on {self._thread.name}:\n{traceback.format_exc()}",
+                                   throttle_duration_sec=5.0)

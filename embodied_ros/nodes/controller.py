@@ -49,6 +49,7 @@ class ControllerNode(GraphNode):
         self.joint_names: tuple[str, ...] = ()
         self._status: tuple[bool, str, int] | None = None
         self._last_chunk: ActionChunkResult | None = None
+        self._last_joint_state: JointState | None = None
         self.hold_reason: str | None = None
         self.commands_sent = self.holds = self.limited = 0
         self._timer = None
@@ -93,8 +94,9 @@ class ControllerNode(GraphNode):
             self._accept(chunk, self.now_ns())
 
     def _on_joint_state(self, msg: JointState) -> None:
+        self._last_joint_state = msg
         if self.selector is None:
-            return
+            return  # joints are known once the first chunk names them
         try:
             self.logic.observe_positions(self.selector.select(msg, JOINT_STATES))
         except InputError:
@@ -185,6 +187,8 @@ class ControllerNode(GraphNode):
         self.joint_names = tuple(joint_names)
         if self._status is not None:
             self.logic.set_input_status(*self._status)
+        if self._last_joint_state is not None:
+            self._on_joint_state(self._last_joint_state)
 
     def _set_status(self, ok: bool, reason: str, now_ns: int) -> None:
         self._status = (ok, reason, now_ns)
