@@ -150,6 +150,17 @@ def test_bad_inputs_are_reported(runtime):
         runtime.act(prefix, runtime.predict_world(prefix), np.full(runtime.spec.noise_shape, np.nan, np.float32))
 
 
+def test_q8_0_bundle_stays_close_to_float32(runtime, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    write_random_checkpoint(checkpoint, CFG, seed=0)
+    quantized = load_runtime(convert_checkpoint(checkpoint, tmp_path / "q8.gguf", "q8_0"))
+    noise, world_noise = _noise(runtime, 9)
+    reference = infer(runtime, _observation(), noise, world_noise).actions
+    actions = infer(quantized, _observation(), noise, world_noise).actions
+    error = np.sqrt(np.mean((actions - reference) ** 2) / np.mean(reference ** 2))
+    assert 0 < error < 0.05, error
+
+
 def test_euler_flow_integrates_a_linear_field_exactly():
     # dx/dt = c (constant velocity): x(0) = x(1) - c, whatever the number of steps
     x1 = np.arange(6, dtype=np.float32).reshape(2, 3)

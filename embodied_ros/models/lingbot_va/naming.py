@@ -142,7 +142,7 @@ def weight_group(name: str) -> str:
         return "modulation"
     if parts[0] == "blk":
         return "ffn" if parts[2].startswith("ffn") else parts[2]
-    if parts[0] in ("out",) or parts[:2] == ["action", "out"]:
+    if parts[0] == "out" or parts[:2] == ["action", "out"]:
         return "head"
     if parts[0] == "image_encoder":
         return "encoder"
