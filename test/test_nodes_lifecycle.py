@@ -43,11 +43,11 @@ def test_deactivate_and_activate_again():
         action = graph.nodes["action"]
         stopped_ns = outside.now_ns()
         assert action.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
-        wait_for(lambda: probe.first_controller_state(lambda m: "ran out" in m, stopped_ns) is not None, 5,
+        wait_for(lambda: probe.first_controller_state(lambda m: "ran out" in m, stopped_ns) is not None, 10,
                  "the controller to hold once the action head stops")
         resumed_ns = outside.now_ns()
         assert action.trigger_activate() == TransitionCallbackReturn.SUCCESS
-        wait_for(lambda: streaming_since(probe, resumed_ns), 10, "streaming again")
+        wait_for(lambda: streaming_since(probe, resumed_ns), 15, "streaming again")
 
         controller = graph.nodes["controller"]
         sent_before = len(probe.command_times)
@@ -55,6 +55,7 @@ def test_deactivate_and_activate_again():
         wait_for(lambda: len(probe.command_times) > sent_before, 5, "the hold command sent on deactivate")
         wait_for(lambda: "inactive" in getattr(probe.status_of(": controller"), "message", ""), 5,
                  "the controller to report inactive")
+        time.sleep(0.2)  # commands sent before the deactivation may still be on their way
         quiet = len(probe.command_times)
         time.sleep(0.3)
         assert len(probe.command_times) == quiet  # an inactive controller sends nothing
