@@ -1,0 +1,115 @@
+"""The only code of the cuda backend that talks to a GPU: pycuda's driver API.
+
+Imported on the first GPU call (`_cuda_runtime.gpu()`), never by the registry. A `GpuDevice` holds
+the primary context of one GPU, a memory pool, and the kernels loaded so far: each kernel's PTX for
+this GPU's compute capability (`CudaKernel.ptx`) is loaded with `module_from_buffer` (the driver
+JIT-compiles it) and launched with a parameter buffer in numba's kernel ABI (`_cuda_abi`). Launches
+go to the default stream, so copies back to the host wait for them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import re
+
+import numpy as np
+
+from embodied_ros.kernels._cuda_abi import buffer_size, entry_params, pack_arguments
+from embodied_ros.kernels._cuda_compile import CudaKernel
+from embodied_ros.kernels._cuda_runtime import INSTALL_HINT, CudaUnavailable, DeviceTensor
+
+try:
+    import pycuda.driver as driver
+except ImportError as error:  # pycuda missing, or libcuda.so.1 (the driver) missing
+    raise CudaUnavailable(f"{INSTALL_HINT}; importing pycuda.driver failed: {error}") from error
+
+
+def _dim3(dims) -> tuple[int, int, int]:
+    dims = tuple(int(n) for n in (dims if isinstance(dims, tuple) else (dims,)))
+    return dims + (1,) * (3 - len(dims))
+
+
+class GpuDevice:
+    """One GPU: memory, transfers, kernel loading and launches."""
+
+    def __init__(self, ordinal: int = 0) -> None:
+        try:
+            driver.init()
+            count = driver.Device.count()
+        except driver.Error as error:
+            raise CudaUnavailable(f"{INSTALL_HINT}; the CUDA driver did not start: {error}") from error
+        if not 0 <= ordinal < count:
+            raise CudaUnavailable(f"{INSTALL_HINT}; GPU {ordinal} requested, {count} present")
+        self._device = driver.Device(ordinal)
+        self._context = self._device.retain_primary_context()
+        self._context.push()
+        atexit.register(self._context.pop)
+        self.name = self._device.name()
+        self.compute_capability = tuple(int(n) for n in self._device.compute_capability())
+        self.driver_version = driver.get_driver_version()  # e.g. 12040 for CUDA 12.4
+        self._pool = driver.DeviceMemoryPool()
+        self._functions: dict[int, object] = {}
+        self._modules: list[object] = []
+
+    # ---- memory ---------------------------------------------------------------------------------
+
+    def empty(self, shape, dtype) -> DeviceTensor:
+        dtype = np.dtype(dtype)
+        shape = tuple(int(n) for n in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes == 0:  # nothing to point at; kernels never read it
+            return DeviceTensor(shape, dtype, 0, None, self)
+        allocation = self._pool.allocate(nbytes)
+        return DeviceTensor(shape, dtype, int(allocation), allocation, self)
+
+    def upload(self, array: np.ndarray) -> DeviceTensor:
+        array = np.ascontiguousarray(array)
+        tensor = self.empty(array.shape, array.dtype)
+        if tensor.nbytes:
+            driver.memcpy_htod(tensor.pointer, array)
+        return tensor
+
+    def download(self, tensor: DeviceTensor) -> np.ndarray:
+        out = np.empty(tensor.shape, tensor.dtype)
+        if tensor.nbytes:
+            driver.memcpy_dtoh(out, tensor.pointer)
+        return out
+
+    # ---- kernels --------------------------------------------------------------------------------
+
+    def launch(self, kernel: CudaKernel, grid, block, args, shared_bytes: int = 0) -> None:
+        """Run `kernel` on a (grid, block) launch; array arguments must be DeviceTensors."""
+        function = self._function(kernel)
+        buffer = pack_arguments(kernel.arg_types, args)
+        function.prepared_call(_dim3(grid), _dim3(block), buffer, shared_size=shared_bytes)
+
+    def _function(self, kernel: CudaKernel):
+        function = self._functions.get(id(kernel))
+        if function is None:
+            ptx = kernel.ptx(self.compute_capability)
+            name, _ = entry_params(ptx)
+            try:
+                module = driver.module_from_buffer(ptx.encode() + b"\0")
+            except driver.Error as error:
+                raise RuntimeError(self._load_failure(kernel, ptx, error)) from error
+            function = module.get_function(name)
+            function.prepare(f"{buffer_size(kernel.arg_types)}s")  # the packed buffer, passed as bytes
+            self._modules.append(module)  # loaded for the life of the device
+            self._functions[id(kernel)] = function
+        return function
+
+    def _load_failure(self, kernel: CudaKernel, ptx: str, error: Exception) -> str:
+        found = re.search(r"^\.version\s+(\S+)", ptx, re.MULTILINE)
+        version = found.group(1) if found else "unknown"
+        major, minor = divmod(self.driver_version // 10, 100)
+        return (f"the CUDA driver (CUDA {major}.{minor}) could not load kernel {kernel.name}, PTX ISA {version} "
+                f"for sm_{self.compute_capability[0]}{self.compute_capability[1]}: {error}. PTX newer than the "
+                "driver needs a CUDA toolkit no newer than the driver for numba to compile with (set "
+                "CUDA_HOME), then delete the PTX cache (docs/cuda.md)")
+
+    def synchronize(self) -> None:
+        driver.Context.synchronize()
+
+    def event(self):
+        """A CUDA event (record(), synchronize(), time_till(other) in ms) for timing kernels."""
+        return driver.Event()
