@@ -1,0 +1,222 @@
+"""Check the cuda kernels on a real GPU: every cuda op against its numpy reference at full pi0.5 and Wan
+sizes, with timings. Installs nothing; needs an NVIDIA GPU, pycuda, and a CUDA toolkit for numba to
+compile with (see docs/cuda.md).
+
+    python benchmarks/gpu_check.py [--repeats 20] [--only NAME] [--out results.json] [--tiny]
+
+Prints one JSON document: the device, the time it took to compile every kernel, and per case the max
+absolute error against the reference (host arguments and device-resident arguments), whether it is
+within the op's registered tolerance, and times in milliseconds:
+  gpu_ms        kernel time with every argument already on the GPU (CUDA events, mean of --repeats)
+  host_ms       the same call with numpy arguments: uploads, kernels and the download (median of
+                --host-repeats)
+  reference_ms  the numpy reference on this machine's CPU (one run)
+Exit status 0 when every case passes. `--tiny` runs the same cases at small sizes (how the tests run
+this script in numba's CUDA simulator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from embodied_ros.kernels import registry  # noqa: E402
+from embodied_ros.kernels.attention import MASKED  # noqa: E402
+from embodied_ros.kernels.quant import QuantTensor, random_quant_tensor  # noqa: E402
+from embodied_ros.kernels.rope import rope_tables  # noqa: E402
+from embodied_ros.kernels.rope3d import rope3d_tables  # noqa: E402
+
+# pi0.5: PaliGemma (Gemma 2B) prefix of 968 tokens, SigLIP So400m over 256 patches, action expert
+# (Gemma 300M) over 50 action tokens; 8 query heads share 1 K/V head of width 256.
+FULL = dict(prefix=968, gemma=2048, gemma_mlp=16384, expert=1024, expert_mlp=4096, heads=8, head_dim=256,
+            actions=50, siglip=1152, patches=256, siglip_heads=16, siglip_mlp=4304,
+            # Wan 14B-style block: width 3072, 24 heads of 128, MLP 14336, a 4x16x16 latent grid
+            wan=3072, wan_heads=24, wan_mlp=14336, wan_grid=(4, 16, 16))
+TINY = dict(prefix=9, gemma=256, gemma_mlp=4, expert=256, expert_mlp=3, heads=2, head_dim=8,
+            actions=2, siglip=24, patches=3, siglip_heads=2, siglip_mlp=16,
+            wan=32, wan_heads=2, wan_mlp=24, wan_grid=(1, 2, 2))
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    op: str
+    make: Callable[[np.random.Generator], tuple]
+
+
+def _normal(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _prefix_bias(tokens: int) -> np.ndarray:
+    """Bidirectional mask over the valid tokens, the last 10% padding (masked for every query)."""
+    bias = np.zeros((tokens, tokens), np.float32)
+    bias[:, tokens - max(1, tokens // 10):] = MASKED
+    return bias
+
+
+def cases(d: dict) -> list[Case]:
+    heads, hd, n, a = d["heads"], d["head_dim"], d["prefix"], d["actions"]
+    cos, sin = rope_tables(np.arange(n), hd, 10000.0)
+    wan_tokens = int(np.prod(d["wan_grid"]))
+    wan_hd = d["wan"] // d["wan_heads"]
+    wan_cos, wan_sin = rope3d_tables(d["wan_grid"], wan_hd)
+    q4 = lambda r, shape: random_quant_tensor(r, "q4_k", shape)  # noqa: E731
+    q8 = lambda r, shape: random_quant_tensor(r, "q8_0", shape)  # noqa: E731
+    return [
+        Case(f"gemma rms_norm [{n}, {d['gemma']}]", "rms_norm",
+             lambda r: (_normal(r, n, d["gemma"], scale=3), _normal(r, d["gemma"], scale=0.1), 1e-6)),
+        Case(f"expert ada_rms_norm [{a}, {d['expert']}]", "ada_rms_norm",
+             lambda r: (_normal(r, a, d["expert"]), _normal(r, d["expert"]), _normal(r, d["expert"]), 1e-6)),
+        Case(f"siglip layer_norm [{d['patches']}, {d['siglip']}]", "layer_norm",
+             lambda r: (_normal(r, d["patches"], d["siglip"]) + 1, 1 + _normal(r, d["siglip"], scale=0.1),
+                        _normal(r, d["siglip"], scale=0.1), 1e-6)),
+        Case(f"gemma rope q [{n}, {heads}, {hd}]", "rope", lambda r: (_normal(r, n, heads, hd), cos, sin)),
+        Case(f"siglip gelu_tanh [{d['patches']}, {d['siglip_mlp']}]", "gelu_tanh",
+             lambda r: (_normal(r, d["patches"], d["siglip_mlp"], scale=3),)),
+        Case(f"gemma gelu_tanh_mul [{n}, {d['gemma_mlp']}]", "gelu_tanh_mul",
+             lambda r: (_normal(r, n, d["gemma_mlp"], scale=3), _normal(r, n, d["gemma_mlp"]))),
+        Case(f"gemma prefix attention [{n} tokens, {heads}/1 heads, d {hd}, masked padding]", "attention",
+             lambda r: (_normal(r, n, heads, hd), _normal(r, n, 1, hd), _normal(r, n, 1, hd), _prefix_bias(n))),
+        Case(f"siglip attention [{d['patches']} tokens, {d['siglip_heads']} heads, d {d['siglip'] // d['siglip_heads']}]",
+             "attention", lambda r: tuple(_normal(r, d["patches"], d["siglip_heads"], d["siglip"] // d["siglip_heads"])
+                                          for _ in range(3))),
+        Case(f"expert cached_attention [{a} queries over {n} cached + {a} new keys]", "cached_attention",
+             lambda r: (_normal(r, a, heads, hd), _normal(r, n, 1, hd), _normal(r, n, 1, hd), _prefix_bias(n)[0],
+                        _normal(r, a, 1, hd), _normal(r, a, 1, hd))),
+        Case(f"gemma q projection float32 [{n} x {d['gemma']} -> {heads * hd}]", "linear",
+             lambda r: (_normal(r, n, d["gemma"]), _normal(r, heads * hd, d["gemma"], scale=0.02), _normal(r, heads * hd))),
+        Case(f"expert linear q8_0 [{a} x {d['expert']} -> {d['expert_mlp']}]", "linear",
+             lambda r: (_normal(r, a, d["expert"]), q8(r, (d["expert_mlp"], d["expert"])), None)),
+        Case(f"expert linear q4_k [{a} x {d['expert']} -> {d['expert_mlp']}]", "linear",
+             lambda r: (_normal(r, a, d["expert"]), q4(r, (d["expert_mlp"], d["expert"])), None)),
+        Case(f"gemma linear q4_k [{n} x {d['gemma']} -> {d['gemma_mlp']}]", "linear",
+             lambda r: (_normal(r, n, d["gemma"]), q4(r, (d["gemma_mlp"], d["gemma"])), None)),
+        Case(f"gemma linear q8_0 matrix-vector [1 x {d['gemma']} -> {d['gemma_mlp']}]", "linear",
+             lambda r: (_normal(r, 1, d["gemma"]), q8(r, (d["gemma_mlp"], d["gemma"])), None)),
+        Case(f"dequantize q4_k [{d['gemma_mlp']}, {d['gemma']}]", "dequantize",
+             lambda r: (q4(r, (d["gemma_mlp"], d["gemma"])),)),
+        Case(f"wan modulated_layer_norm [{wan_tokens}, {d['wan']}]", "modulated_layer_norm",
+             lambda r: (_normal(r, wan_tokens, d["wan"], scale=3), _normal(r, 1, d["wan"]),
+                        _normal(r, 1, d["wan"], scale=0.5), 1e-6)),
+        Case(f"wan rms_norm_across_heads [{wan_tokens}, {d['wan']}]", "rms_norm_across_heads",
+             lambda r: (_normal(r, wan_tokens, d["wan"]), 1 + _normal(r, d["wan"], scale=0.2), 1e-6)),
+        Case(f"wan rope_pairs [{wan_tokens}, {d['wan_heads']}, {wan_hd}]", "rope_pairs",
+             lambda r: (_normal(r, wan_tokens, d["wan_heads"], wan_hd), wan_cos, wan_sin)),
+        Case(f"wan self-attention [{wan_tokens} tokens, {d['wan_heads']} heads, d {wan_hd}]", "attention",
+             lambda r: tuple(_normal(r, wan_tokens, d["wan_heads"], wan_hd) for _ in range(3))),
+        Case(f"wan gated_residual [{wan_tokens}, {d['wan']}]", "gated_residual",
+             lambda r: (_normal(r, wan_tokens, d["wan"]), _normal(r, wan_tokens, d["wan"]),
+                        _normal(r, wan_tokens, d["wan"]))),
+        Case(f"wan linear q8_0 [{wan_tokens} x {d['wan']} -> {d['wan']}]", "linear",
+             lambda r: (_normal(r, wan_tokens, d["wan"]), q8(r, (d["wan"], d["wan"])), None)),
+        Case(f"wan gelu_tanh [{wan_tokens}, {d['wan_mlp']}]", "gelu_tanh",
+             lambda r: (_normal(r, wan_tokens, d["wan_mlp"], scale=3),)),
+    ]
+
+
+def _to_device_args(args: tuple) -> tuple:
+    from embodied_ros.kernels._cuda_runtime import to_device
+    return tuple(to_device(x) if isinstance(x, (np.ndarray, QuantTensor)) else x for x in args)
+
+
+def _error(got: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.max(np.abs(got - expected))) if expected.size else 0.0
+
+
+def run_case(case: Case, repeats: int, host_repeats: int, seed: int) -> dict:
+    ref = registry.reference_of(case.op)
+    impl = registry.implementations(case.op)["cuda"]
+    args = case.make(np.random.default_rng(seed))
+    result = {"case": case.name, "op": case.op, "tolerance": {"rtol": ref.rtol, "atol": ref.atol}}
+    start = time.perf_counter()
+    expected = ref.fn(*args)
+    result["reference_ms"] = round((time.perf_counter() - start) * 1e3, 3)
+
+    got = impl(*args)  # also loads the kernels: not timed
+    host_runs = []
+    for _ in range(host_repeats):
+        start = time.perf_counter()
+        impl(*args)
+        host_runs.append((time.perf_counter() - start) * 1e3)
+    result["host_ms"] = round(statistics.median(host_runs), 3)
+
+    device_args = _to_device_args(args)
+    device_out = impl(*device_args)
+    gpu = device_out.device
+    first, last = gpu.event(), gpu.event()
+    first.record()
+    for _ in range(repeats):
+        impl(*device_args)
+    last.record()
+    last.synchronize()
+    result["gpu_ms"] = round(first.time_till(last) / repeats, 4)
+
+    device_got = device_out.numpy()
+    result["max_abs_err"] = _error(got, expected)
+    result["max_abs_err_device"] = _error(device_got, expected)
+    result["scaled_err"] = result["max_abs_err"] / max(float(np.max(np.abs(expected))), 1e-30)
+    result["ok"] = bool(np.allclose(got, expected, rtol=ref.rtol, atol=ref.atol)
+                        and np.allclose(device_got, expected, rtol=ref.rtol, atol=ref.atol))
+    return result
+
+
+def compile_all(gpu) -> float:
+    from embodied_ros.kernels._cuda_compile import all_kernels
+    start = time.perf_counter()
+    for kernel in all_kernels():
+        gpu._function(kernel)  # compile (or read the PTX cache) and load into the context
+    return round(time.perf_counter() - start, 3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=20, help="timed runs per case with device arguments")
+    parser.add_argument("--host-repeats", type=int, default=3, help="timed runs per case with numpy arguments")
+    parser.add_argument("--only", default="", help="run only the cases whose name contains this text")
+    parser.add_argument("--out", type=Path, help="also write the JSON document here")
+    parser.add_argument("--tiny", action="store_true", help="small sizes (for the CUDA simulator)")
+    parser.add_argument("--seed", type=int, default=0)
+    options = parser.parse_args(argv)
+    if options.repeats < 1 or options.host_repeats < 1:
+        parser.error(f"--repeats and --host-repeats must be at least 1, got {options.repeats}, {options.host_repeats}")
+
+    from embodied_ros.kernels._cuda_runtime import CudaUnavailable, gpu
+    try:
+        device = gpu()
+    except CudaUnavailable as error:
+        print(f"gpu_check: {error}", file=sys.stderr)
+        return 2
+    registry.ops()
+    report = {"device": device.name, "compute_capability": list(device.compute_capability),
+              "driver_version": device.driver_version, "sizes": "tiny" if options.tiny else "full",
+              "compile_s": compile_all(device), "cases": []}
+    for case in cases(TINY if options.tiny else FULL):
+        if options.only not in case.name:
+            continue
+        try:
+            report["cases"].append(run_case(case, options.repeats, options.host_repeats, options.seed))
+        except Exception as error:  # noqa: BLE001 - report it and go on with the next case
+            report["cases"].append({"case": case.name, "op": case.op, "ok": False,
+                                    "error": "".join(traceback.format_exception(error))[-2000:]})
+    report["ok"] = bool(report["cases"]) and all(c["ok"] for c in report["cases"])
+    text = json.dumps(report, indent=1)
+    print(text)
+    if options.out:
+        options.out.write_text(text + "\n")
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""A stand-in for `pycuda.driver` that runs launches in numba's CUDA simulator.
+
+With it the cuda backend's real launch path (`_cuda_launch.GpuDevice`) runs without a GPU: device
+memory is host memory at made-up addresses, `module_from_buffer` keeps the PTX, and `prepared_call`
+reads the parameter buffer back at the offsets the PTX entry declares (not the packer's own idea of
+them), rebuilds each array from its data pointer, shape and strides, and runs the kernel's Python
+source in the simulator. A packer that put any field in the wrong place gives wrong arrays, and so
+wrong results. `install()` must run, with NUMBA_ENABLE_CUDASIM=1 set, before anything imports
+pycuda or numba.cuda.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import sys
+import types
+
+import numpy as np
+
+COMPUTE_CAPABILITY = (9, 0)
+
+
+class Error(Exception):
+    pass
+
+
+class _Memory:
+    """Host buffers at made-up device addresses."""
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []
+        self.buffers: dict[int, np.ndarray] = {}
+        self._next = itertools.count(1)
+
+    def allocate(self, nbytes: int) -> int:
+        if nbytes <= 0:
+            raise Error("cuMemAlloc: size must be positive")
+        base = 0x7F0000000000 + next(self._next) * (1 << 32)  # 4 GiB apart: overruns land nowhere
+        bisect.insort(self.bases, base)
+        self.buffers[base] = np.zeros(nbytes, np.uint8)
+        return base
+
+    def bytes_at(self, address: int, nbytes: int) -> np.ndarray:
+        index = bisect.bisect_right(self.bases, address) - 1
+        if index < 0:
+            raise Error(f"address {address:#x} is not device memory")
+        base = self.bases[index]
+        buffer = self.buffers[base]
+        offset = address - base
+        if offset + nbytes > buffer.size:
+            raise Error(f"{nbytes} bytes at {address:#x} run past an allocation of {buffer.size} bytes")
+        return buffer[offset:offset + nbytes]
+
+
+_memory = _Memory()
+_launches: list[str] = []
+
+
+class _Allocation:
+    def __init__(self, nbytes: int) -> None:
+        self.address = _memory.allocate(nbytes)
+
+    def __int__(self) -> int:
+        return self.address
+
+    __index__ = __int__
+
+
+class DeviceMemoryPool:
+    def allocate(self, nbytes: int) -> _Allocation:
+        return _Allocation(nbytes)
+
+
+def mem_alloc(nbytes: int) -> _Allocation:
+    return _Allocation(nbytes)
+
+
+def memcpy_htod(dest, src: np.ndarray) -> None:
+    raw = np.ascontiguousarray(src).view(np.uint8).reshape(-1)
+    _memory.bytes_at(int(dest), raw.size)[:] = raw
+
+
+def memcpy_dtoh(dest: np.ndarray, src) -> None:
+    raw = dest.view(np.uint8).reshape(-1)
+    raw[:] = _memory.bytes_at(int(src), raw.size)
+
+
+class _Context:
+    def push(self) -> None:
+        pass
+
+    def pop(self) -> None:
+        pass
+
+
+class Context:
+    @staticmethod
+    def synchronize() -> None:
+        pass
+
+
+class Device:
+    def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
+
+    @staticmethod
+    def count() -> int:
+        return 1
+
+    def name(self) -> str:
+        return "numba CUDA simulator"
+
+    def compute_capability(self) -> tuple[int, int]:
+        return COMPUTE_CAPABILITY
+
+    def retain_primary_context(self) -> _Context:
+        return _Context()
+
+
+class Event:
+    def record(self, stream=None) -> "Event":
+        import time
+        self.at = time.perf_counter()
+        return self
+
+    def synchronize(self) -> "Event":
+        return self
+
+    def time_till(self, other: "Event") -> float:
+        return (other.at - self.at) * 1e3
+
+
+def init() -> None:
+    pass
+
+
+def get_driver_version() -> int:
+    return 13000
+
+
+class _Function:
+    def __init__(self, ptx: str, name: str) -> None:
+        from embodied_ros.kernels._cuda_abi import entry_params
+        from embodied_ros.kernels._cuda_compile import all_kernels
+        entry, self.params = entry_params(ptx)
+        if entry != name:
+            raise Error(f"cuModuleGetFunction: no entry {name!r} (the module has {entry!r})")
+        matches = [k for k in all_kernels() if k.ptx(COMPUTE_CAPABILITY) == ptx]
+        if len(matches) != 1:
+            raise Error(f"the PTX of entry {name} matches {len(matches)} declared kernels")
+        self.kernel = matches[0]
+        self.format = None
+
+    def prepare(self, arg_format: str) -> "_Function":
+        self.format = arg_format
+        return self
+
+    def prepared_call(self, grid, block, buffer: bytes, shared_size: int = 0) -> None:
+        from embodied_ros.kernels._cuda_abi import param_offsets, unpack_arguments
+        if self.format != f"{len(buffer)}s":
+            raise Error(f"prepared with {self.format!r}, called with {len(buffer)} bytes")
+        layout_end = param_offsets(self.params)[-1] + self.params[-1].size
+        if len(buffer) != layout_end:
+            raise Error(f"parameter buffer of {len(buffer)} bytes; the PTX entry takes {layout_end}")
+        values = iter(unpack_arguments(self.params, buffer))
+        args = [self._argument(ty, values) for ty in self.kernel.arg_types]
+        _launches.append(self.kernel.name)
+        self.kernel.simulated()[tuple(grid), tuple(block), 0, shared_size](*args)
+
+    @staticmethod
+    def _argument(ty, values):
+        from numba.core import types as nbtypes
+        if not isinstance(ty, nbtypes.Array):
+            return np.dtype(str(ty)).type(next(values))
+        meminfo, parent, nitems, itemsize, data = (next(values) for _ in range(5))
+        shape = tuple(next(values) for _ in range(ty.ndim))
+        strides = tuple(next(values) for _ in range(ty.ndim))
+        dtype = np.dtype(str(ty.dtype))
+        if (meminfo, parent) != (0, 0) or itemsize != dtype.itemsize or nitems != int(np.prod(shape)):
+            raise Error(f"array argument fields do not agree: meminfo={meminfo} parent={parent} "
+                        f"nitems={nitems} itemsize={itemsize} shape={shape} strides={strides}")
+        if nitems == 0:
+            return np.empty(shape, dtype)
+        extent = sum((n - 1) * s for n, s in zip(shape, strides)) + itemsize
+        raw = _memory.bytes_at(data, extent)
+        return np.ndarray(shape, dtype, buffer=raw, strides=strides)
+
+
+class _Module:
+    def __init__(self, buffer: bytes) -> None:
+        if not buffer.endswith(b"\0"):
+            raise Error("cuModuleLoadDataEx: PTX must be NUL-terminated")
+        self.ptx = buffer[:-1].decode()
+
+    def get_function(self, name: str) -> _Function:
+        return _Function(self.ptx, name)
+
+
+def module_from_buffer(buffer: bytes) -> _Module:
+    return _Module(buffer)
+
+
+def launched_kernels() -> list[str]:
+    """Names of the kernels launched so far, in order."""
+    return list(_launches)
+
+
+def install() -> None:
+    """Make `import pycuda.driver` give this module."""
+    package = types.ModuleType("pycuda")
+    package.__path__ = []
+    package.driver = sys.modules[__name__]
+    sys.modules["pycuda"] = package
+    sys.modules["pycuda.driver"] = sys.modules[__name__]

@@ -1,0 +1,101 @@
+"""Every cuda op, run through the real launcher in numba's CUDA simulator, against its numpy reference.
+
+The simulator must be switched on before numba.cuda is imported, so one subprocess runs all checks
+(cuda_sim_check.py, then benchmarks/gpu_check.py at tiny sizes) with PTX compiled here beforehand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cuda_ptx_cache import compiled_cache
+from embodied_ros.kernels import registry
+
+TEST_DIR = Path(__file__).resolve().parent
+REPO = TEST_DIR.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import gpu_check  # noqa: E402
+
+CUDA_OPS = sorted(op for op in registry.ops() if "cuda" in registry.implementations(op))
+GPU_CHECK_ARGS = ["--tiny", "--repeats", "2", "--host-repeats", "1", "--only", "rope"]
+_RUNNER = f"""
+import sys
+sys.path[:0] = [{str(TEST_DIR)!r}, {str(REPO / 'benchmarks')!r}]
+import cuda_sim_check, gpu_check
+cuda_sim_check.main()
+print("GPU_CHECK_EXIT", gpu_check.main({GPU_CHECK_ARGS!r}))
+"""
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", EMBODIED_ROS_CUDA_CACHE=str(compiled_cache()))
+    result = subprocess.run([sys.executable, "-c", _RUNNER], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert "GPU_CHECK_EXIT" in result.stdout, f"simulator run died:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    lines = result.stdout.splitlines()
+    checks = [json.loads(line) for line in lines if line.startswith('{"op"')]
+    end = next(i for i, line in enumerate(lines) if line.startswith("GPU_CHECK_EXIT"))
+    report = json.loads("\n".join(lines[lines.index("{"):end]))  # gpu_check prints one indented document
+    return checks, report, int(lines[end].split()[1])
+
+
+def test_the_cuda_backend_covers_the_hot_ops():
+    expected = {"rms_norm", "ada_rms_norm", "layer_norm", "modulated_layer_norm", "rms_norm_across_heads",
+                "gated_residual", "rope", "rope_pairs", "gelu_tanh", "gelu_tanh_mul", "attention",
+                "cached_attention", "linear", "dequantize"}
+    assert expected <= set(CUDA_OPS)
+    chosen = registry.KernelSet("cuda").chosen
+    assert all(chosen[op] == "cuda" for op in expected)
+
+
+@pytest.mark.parametrize("op", CUDA_OPS)
+def test_op_matches_its_reference_in_the_simulator(simulated, op):
+    checks, _, _ = simulated
+    mine = [c for c in checks if c["op"] == op]
+    assert mine, f"no simulator checks ran for {op}"
+    failed = [f"{c['case']}: {c['error']}" for c in mine if not c["ok"]]
+    assert not failed, "\n".join(failed)
+
+
+def test_ops_chain_on_device_without_leaving_it(simulated):
+    checks, _, _ = simulated
+    chain = [c for c in checks if c["op"] == "chain"]
+    assert len(chain) == 1 and chain[0]["ok"], chain
+
+
+def test_gpu_check_runs_through_the_launcher(simulated):
+    _, report, exit_code = simulated
+    assert exit_code == 0 and report["ok"]
+    assert report["sizes"] == "tiny" and report["compute_capability"] == [9, 0]
+    names = [c["case"] for c in report["cases"]]
+    assert any("rope q" in n for n in names) and any("rope_pairs" in n for n in names)
+    for case in report["cases"]:
+        assert case["max_abs_err"] <= case["tolerance"]["atol"] + 1e-3
+        assert case["gpu_ms"] > 0 and case["host_ms"] > 0
+
+
+def test_gpu_check_covers_every_cuda_op_with_valid_cases():
+    """Every case of the device check builds, at tiny sizes, arguments its numpy reference accepts."""
+    tiny = gpu_check.cases(gpu_check.TINY)
+    assert {c.op for c in tiny} == set(CUDA_OPS)
+    assert [c.name.split(" [")[0] for c in tiny] == [c.name.split(" [")[0] for c in gpu_check.cases(gpu_check.FULL)]
+    for case in tiny:
+        args = case.make(np.random.default_rng(0))
+        out = registry.reference_of(case.op).fn(*args)
+        assert np.all(np.isfinite(out)), case.name
+
+
+def test_gpu_check_full_sizes_are_pi05_and_wan():
+    full = gpu_check.FULL
+    assert (full["prefix"], full["gemma"], full["expert"], full["head_dim"]) == (968, 2048, 1024, 256)
+    assert (full["wan"], full["wan_heads"]) == (3072, 24)
+    assert gpu_check.TINY.keys() == full.keys()
