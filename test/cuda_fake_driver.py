@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import sys
+import threading
 import types
 
 import numpy as np
@@ -55,10 +56,17 @@ class _Memory:
 
 _memory = _Memory()
 _launches: list[str] = []
+_threads = threading.local()  # like CUDA, a context is current per thread
+
+
+def _require_context(call: str) -> None:
+    if not getattr(_threads, "context", None):
+        raise Error(f"{call}: CUDA_ERROR_INVALID_CONTEXT (no context is current in this thread)")
 
 
 class _Allocation:
     def __init__(self, nbytes: int) -> None:
+        _require_context("cuMemAlloc")
         self.address = _memory.allocate(nbytes)
 
     def __int__(self) -> int:
@@ -77,27 +85,30 @@ def mem_alloc(nbytes: int) -> _Allocation:
 
 
 def memcpy_htod(dest, src: np.ndarray) -> None:
+    _require_context("cuMemcpyHtoD")
     raw = np.ascontiguousarray(src).view(np.uint8).reshape(-1)
     _memory.bytes_at(int(dest), raw.size)[:] = raw
 
 
 def memcpy_dtoh(dest: np.ndarray, src) -> None:
+    _require_context("cuMemcpyDtoH")
     raw = dest.view(np.uint8).reshape(-1)
     raw[:] = _memory.bytes_at(int(src), raw.size)
 
 
 class _Context:
     def push(self) -> None:
-        pass
+        _threads.context = getattr(_threads, "context", 0) + 1
 
     def pop(self) -> None:
-        pass
+        _require_context("cuCtxPopCurrent")
+        _threads.context -= 1
 
 
 class Context:
     @staticmethod
     def synchronize() -> None:
-        pass
+        _require_context("cuCtxSynchronize")
 
 
 class Device:
@@ -119,6 +130,9 @@ class Device:
 
 
 class Event:
+    def __init__(self) -> None:
+        _require_context("cuEventCreate")
+
     def record(self, stream=None) -> "Event":
         import time
         self.at = time.perf_counter()
@@ -158,6 +172,7 @@ class _Function:
 
     def prepared_call(self, grid, block, buffer: bytes, shared_size: int = 0) -> None:
         from embodied_ros.kernels._cuda_abi import param_offsets, unpack_arguments
+        _require_context("cuLaunchKernel")
         if self.format != f"{len(buffer)}s":
             raise Error(f"prepared with {self.format!r}, called with {len(buffer)} bytes")
         layout_end = param_offsets(self.params)[-1] + self.params[-1].size
@@ -198,6 +213,7 @@ class _Module:
 
 
 def module_from_buffer(buffer: bytes) -> _Module:
+    _require_context("cuModuleLoadDataEx")
     return _Module(buffer)
 
 

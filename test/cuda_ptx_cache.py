@@ -6,8 +6,10 @@ compiler is off while the simulator is on, so the launcher there finds each kern
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from embodied_ros.kernels._cuda_compile import CACHE_ENV, CHECKED_ARCHITECTURES,
 def compiled_cache() -> Path:
     """A fresh cache directory holding the PTX of every kernel for every checked architecture."""
     directory = Path(tempfile.mkdtemp(prefix="embodied_ros_ptx_"))
+    atexit.register(shutil.rmtree, directory, True)
     previous = os.environ.get(CACHE_ENV)
     os.environ[CACHE_ENV] = str(directory)
     try:

@@ -160,6 +160,24 @@ def chain_check():
     check("chain", "rms_norm -> q8_0 gate/up -> gelu_tanh_mul -> float32 down -> gated_residual", run)
 
 
+def other_thread_check():
+    """An op called from a thread other than the one that opened the GPU (as inference threads are)."""
+    import threading
+    from embodied_ros.kernels._cuda_runtime import gpu
+    gpu()  # opened (its context made current) in this thread
+    x, w = normal(2, 7), normal(7)
+    results = []
+    worker = threading.Thread(target=lambda: results.append(registry.implementations("rms_norm")["cuda"](x, w, 1e-6)))
+
+    def run():
+        worker.start()
+        worker.join()
+        if not results:
+            raise AssertionError("the op failed in the second thread (its traceback is on stderr)")
+        return compare("rms_norm", results[0], (x, w, 1e-6))
+    check("rms_norm", "called from another thread", run)
+
+
 DEVICE_CASES = {"2x7", "grid 1x2x2, 2 heads, d 16", "3x50", "additive mask", "masked cache rows", "q4_k, one vector",
                 "q8_0, 9 rows (two passes)", "leading dims, float16 weight", "q4_k 3-d"}
 
@@ -170,3 +188,4 @@ def main() -> None:
         if name in DEVICE_CASES:
             check(op, f"{name} (device tensors)", device_run(op, args))
     chain_check()
+    other_thread_check()

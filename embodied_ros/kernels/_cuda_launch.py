@@ -4,13 +4,16 @@ Imported on the first GPU call (`_cuda_runtime.gpu()`), never by the registry. A
 the primary context of one GPU, a memory pool, and the kernels loaded so far: each kernel's PTX for
 this GPU's compute capability (`CudaKernel.ptx`) is loaded with `module_from_buffer` (the driver
 JIT-compiles it) and launched with a parameter buffer in numba's kernel ABI (`_cuda_abi`). Launches
-go to the default stream, so copies back to the host wait for them.
+go to the default stream, so copies back to the host wait for them. A CUDA context is current per
+thread: every call makes the GPU's primary context current in the calling thread first, so ops may
+run in any thread (e.g. inference beside the ROS executor).
 """
 
 from __future__ import annotations
 
 import atexit
 import re
+import threading
 
 import numpy as np
 
@@ -42,8 +45,9 @@ class GpuDevice:
             raise CudaUnavailable(f"{INSTALL_HINT}; GPU {ordinal} requested, {count} present")
         self._device = driver.Device(ordinal)
         self._context = self._device.retain_primary_context()
-        self._context.push()
-        atexit.register(self._context.pop)
+        self._threads = threading.local()
+        self._make_current()
+        atexit.register(self._release)
         self.name = self._device.name()
         self.compute_capability = tuple(int(n) for n in self._device.compute_capability())
         self.driver_version = driver.get_driver_version()  # e.g. 12040 for CUDA 12.4
@@ -51,9 +55,22 @@ class GpuDevice:
         self._functions: dict[int, object] = {}
         self._modules: list[object] = []
 
+    def _make_current(self) -> None:
+        if not getattr(self._threads, "current", False):
+            self._context.push()
+            self._threads.current = True
+
+    def _release(self) -> None:
+        if getattr(self._threads, "current", False):  # the exiting thread's push; others end with it
+            try:
+                self._context.pop()
+            except driver.Error:
+                pass
+
     # ---- memory ---------------------------------------------------------------------------------
 
     def empty(self, shape, dtype) -> DeviceTensor:
+        self._make_current()
         dtype = np.dtype(dtype)
         shape = tuple(int(n) for n in shape)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -70,6 +87,7 @@ class GpuDevice:
         return tensor
 
     def download(self, tensor: DeviceTensor) -> np.ndarray:
+        self._make_current()
         out = np.empty(tensor.shape, tensor.dtype)
         if tensor.nbytes:
             driver.memcpy_dtoh(out, tensor.pointer)
@@ -79,9 +97,16 @@ class GpuDevice:
 
     def launch(self, kernel: CudaKernel, grid, block, args, shared_bytes: int = 0) -> None:
         """Run `kernel` on a (grid, block) launch; array arguments must be DeviceTensors."""
+        self._make_current()
         function = self._function(kernel)
         buffer = pack_arguments(kernel.arg_types, args)
         function.prepared_call(_dim3(grid), _dim3(block), buffer, shared_size=shared_bytes)
+
+    def load(self, kernels: list[CudaKernel]) -> None:
+        """Compile (or read from the PTX cache) and load kernels now, so that no later call compiles."""
+        self._make_current()
+        for kernel in kernels:
+            self._function(kernel)
 
     def _function(self, kernel: CudaKernel):
         function = self._functions.get(id(kernel))
@@ -108,8 +133,10 @@ class GpuDevice:
                 "CUDA_HOME), then delete the PTX cache (docs/cuda.md)")
 
     def synchronize(self) -> None:
+        self._make_current()
         driver.Context.synchronize()
 
     def event(self):
         """A CUDA event (record(), synchronize(), time_till(other) in ms) for timing kernels."""
+        self._make_current()
         return driver.Event()

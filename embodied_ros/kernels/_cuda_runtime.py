@@ -110,6 +110,17 @@ def gpu():
         return _gpu
 
 
+def prepare_gpu():
+    """Open the GPU and compile (or read from the PTX cache) and load every cuda kernel: call at start-up,
+    so that no op compiles inside a control step. Returns the `GpuDevice`."""
+    from embodied_ros.kernels import registry
+    from embodied_ros.kernels._cuda_compile import all_kernels
+    registry.ops()  # imports the kernel modules, which declare the kernels
+    device = gpu()
+    device.load(all_kernels())
+    return device
+
+
 def to_device(value, dtype=None):
     """Copy an array (or a QuantTensor's blocks) to the GPU once; DeviceTensors pass through unchanged.
 
