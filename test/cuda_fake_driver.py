@@ -166,8 +166,11 @@ class _Function:
         self.kernel = matches[0]
         self.format = None
 
-    def prepare(self, arg_format: str) -> "_Function":
-        self.format = arg_format
+    def prepare(self, arg_types) -> "_Function":
+        # pycuda concatenates the struct codes of the argument types; strings are taken as they are
+        if not all(isinstance(t, str) for t in arg_types):
+            raise Error("this stand-in only takes struct format strings as argument types")
+        self.format = "".join(arg_types)
         return self
 
     def prepared_call(self, grid, block, buffer: bytes, shared_size: int = 0) -> None:

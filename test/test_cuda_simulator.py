@@ -50,7 +50,7 @@ def simulated():
 
 def test_the_cuda_backend_covers_the_hot_ops():
     expected = {"rms_norm", "ada_rms_norm", "layer_norm", "modulated_layer_norm", "rms_norm_across_heads",
-                "gated_residual", "rope", "rope_pairs", "gelu_tanh", "gelu_tanh_mul", "attention",
+                "gated_residual", "rope", "rope_pairs", "gelu_tanh", "gelu_tanh_mul", "gelu_tanh_glu", "attention",
                 "cached_attention", "linear", "dequantize"}
     assert expected <= set(CUDA_OPS)
     chosen = registry.KernelSet("cuda").chosen

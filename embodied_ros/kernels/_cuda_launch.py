@@ -118,7 +118,7 @@ class GpuDevice:
             except driver.Error as error:
                 raise RuntimeError(self._load_failure(kernel, ptx, error)) from error
             function = module.get_function(name)
-            function.prepare(f"{buffer_size(kernel.arg_types)}s")  # the packed buffer, passed as bytes
+            function.prepare([f"{buffer_size(kernel.arg_types)}s"])  # one argument: the packed buffer, as bytes
             self._modules.append(module)  # loaded for the life of the device
             self._functions[id(kernel)] = function
         return function

@@ -1,5 +1,5 @@
-"""Element-wise ops on the GPU: gelu_tanh, gelu_tanh_mul (activations.py) and gated_residual
-(modulation.py). Each is one pass over memory, a grid-stride loop over the flattened elements."""
+"""Element-wise ops on the GPU: gelu_tanh, gelu_tanh_mul, gelu_tanh_glu (activations.py) and
+gated_residual (modulation.py). Each is one pass over memory, a grid-stride loop over the elements."""
 
 from __future__ import annotations
 
@@ -34,6 +34,16 @@ def gelu_mul(gate, up, out):  # pragma: no cover - device code
     # gate, up, out: [n]
     for i in range(cuda.grid(1), gate.shape[0], cuda.gridsize(1)):
         out[i] = gelu_tanh_value(gate[i]) * up[i]
+
+
+@cuda_kernel("void(float32[:, ::1], float32[:, ::1])")
+def gelu_glu(gate_up, out):  # pragma: no cover - device code
+    # gate_up: [n, 2F] = [gate | up] -> out: [n, F]
+    width = out.shape[1]
+    for i in range(cuda.grid(1), out.shape[0] * width, cuda.gridsize(1)):
+        r = i // width
+        c = i - r * width
+        out[r, c] = gelu_tanh_value(gate_up[r, c]) * gate_up[r, width + c]
 
 
 @cuda_kernel("void(float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1])")
@@ -71,6 +81,18 @@ def gelu_tanh_mul_cuda(gate, up):
     out = gpu().empty(tuple(gate.shape), np.float32)
     _launch_flat(gelu_mul, out.size, _flat(gate, "gate"), _flat(up, "up"), out.reshape(-1))
     return returned(out, gate)
+
+
+@kernel("gelu_tanh_glu", "cuda")
+def gelu_tanh_glu_cuda(gate_up):
+    # gate_up: [..., 2F] -> [..., F]
+    if not len(gate_up.shape) or gate_up.shape[-1] % 2:
+        raise ValueError(f"gelu_tanh_glu: the last axis holds [gate | up] and must be even, got "
+                         f"{tuple(gate_up.shape)}")
+    width = gate_up.shape[-1] // 2
+    out = gpu().empty((*gate_up.shape[:-1], width), np.float32)
+    _launch_flat(gelu_glu, out.size, on_device(gate_up, "gate_up").reshape(-1, 2 * width), out.reshape(-1, width))
+    return returned(out, gate_up)
 
 
 @kernel("gated_residual", "cuda")
