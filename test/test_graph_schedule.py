@@ -99,3 +99,39 @@ def test_docs_list_every_setting():
     text = (package_root() / "docs" / "graph.md").read_text()
     missing = [name for name, _ in parameter_fields() if f"`{name}`" not in text]
     assert not missing, f"docs/graph.md does not document {missing}"
+
+
+def test_free_running_stage_runs_on_arrival_at_most_once_per_period():
+    from embodied_ros.graph.schedule import FreeRunTrigger
+
+    # perception every 2 steps of 100 ns, observations every step
+    trigger = FreeRunTrigger(period_ns=200, upstream_periods_ns={"observation": 100}, slack_ns=50)
+    assert trigger.arrived("observation", 0)
+    trigger.ran(0)
+    assert not trigger.arrived("observation", 100)  # step 1: not its step
+    assert trigger.arrived("observation", 180)  # step 2, a little early: inputs jitter
+
+
+def test_free_running_stage_waits_for_a_slower_upstream_due_on_the_same_step():
+    from embodied_ros.graph.schedule import FreeRunTrigger
+
+    # the prefix (every step) reads observations (every step) and embeddings (every 2 steps)
+    trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"observation": 100, "perception": 200},
+                             slack_ns=50)
+    assert trigger.arrived("perception", 10)  # step 0: embeddings of observation 0 arrive
+    trigger.ran(10)
+    assert trigger.arrived("observation", 125)  # step 1 (late): no embeddings due, run at once
+    trigger.ran(125)
+    assert not trigger.arrived("observation", 200)  # step 2: embeddings are due: wait for them
+    assert trigger.arrived("perception", 212)
+
+
+def test_a_re_solving_stage_runs_at_once_on_new_input_and_on_its_timer_in_between():
+    from embodied_ros.graph.schedule import FreeRunTrigger
+
+    # the action head (every step) over a prefix made every 2 steps
+    trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"prefix": 200}, slack_ns=50, resolves=True)
+    assert trigger.timer_period_ns == 150  # re-solves when no new prefix came for a step and a half
+    trigger.ran(150)  # a timed re-solve on the old prefix
+    assert trigger.arrived("prefix", 200)  # the new prefix is used at once, not a step later
+    assert FreeRunTrigger(200, {"observation": 100}, slack_ns=50).timer_period_ns == 300

@@ -87,3 +87,45 @@ class LockstepGate:
             self._fallback[name] = (step, value)
             return value
         return self._fallback.get(name, (-1, SKIPPED))[1]
+
+
+class FreeRunTrigger:
+    """When a free-running stage runs: as soon as an upstream delivers, but at most once per
+    period, and not while another upstream is due to deliver (its period has passed since its
+    last output), so a stage fed by a slower upstream waits for it on the steps both run, as in
+    lock-step. Timing is judged with half a step of slack: jittery arrivals still count.
+
+    A stage that re-solves (the action head: new noise on the same prefix) runs at once whenever
+    new input arrives and on its timer when none has come for half a step more than its period;
+    the other stages' timer, a step longer than their period, only covers upstreams that fell
+    silent.
+    """
+
+    def __init__(self, period_ns: int, upstream_periods_ns: Mapping[str, int], slack_ns: int,
+                 resolves: bool = False):
+        self.period_ns = period_ns
+        self.upstream_periods_ns = dict(upstream_periods_ns)
+        self.slack_ns = slack_ns
+        self.resolves = resolves
+        self._arrivals: dict[str, int] = {}
+        self._last_run_ns: int | None = None
+
+    @property
+    def timer_period_ns(self) -> int:
+        return self.period_ns + (1 if self.resolves else 2) * self.slack_ns
+
+    def arrived(self, name: str, now_ns: int) -> bool:
+        """An output of `name` arrived; True when the stage should run now."""
+        self._arrivals[name] = now_ns
+        awaited = any(self._expected(other, now_ns) for other in self.upstream_periods_ns if other != name)
+        return not awaited and (self.resolves or self._spaced(now_ns))
+
+    def ran(self, now_ns: int) -> None:
+        self._last_run_ns = now_ns
+
+    def _spaced(self, now_ns: int) -> bool:
+        return self._last_run_ns is None or now_ns - self._last_run_ns >= self.period_ns - self.slack_ns
+
+    def _expected(self, name: str, now_ns: int) -> bool:
+        last = self._arrivals.get(name)
+        return last is not None and now_ns - last >= self.upstream_periods_ns[name] - self.slack_ns

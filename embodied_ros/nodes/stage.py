@@ -1,10 +1,9 @@
 """A pipeline stage as a node: reads upstream outputs, runs its runtime call on schedule, publishes.
 
-Free-running, the stage runs on the newest upstream outputs at most once per `period` steps: as
-soon as its first upstream (the trigger) delivers a new output when the period has passed, else
-when its timer fires. It skips when nothing changed upstream, or when the observation behind its
-inputs is too old. Lock-step, it runs each of its steps once every upstream output scheduled
-for that step is in.
+Free-running, the stage runs on the newest upstream outputs at most once per `period` steps, as
+soon as new input arrives (`FreeRunTrigger`), or on a fallback timer when upstreams fall silent.
+It skips when nothing changed upstream, or when the observation behind its inputs is too old.
+Lock-step, it runs each of its steps once every upstream output scheduled for that step is in.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import Any
 
 from rclpy.timer import Timer
 
-from embodied_ros.graph.schedule import LockstepGate
+from embodied_ros.graph.schedule import FreeRunTrigger, LockstepGate
 from embodied_ros.graph.topics import stage_qos, stage_topic
 from embodied_ros.graph.transport import decode_output, encode_output
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
@@ -28,7 +27,7 @@ class StageNode(GraphNode):
     runs_on_unchanged_input = False  # the action head re-solves every step with fresh noise
 
     def upstream_stages(self) -> tuple[str, ...]:
-        """Stages whose outputs this one reads; the first one's new outputs trigger a run."""
+        """Stages whose outputs this one reads."""
         raise NotImplementedError
 
     def compute(self, step: int, inputs: dict[str, Any]) -> Any:
@@ -56,8 +55,10 @@ class StageNode(GraphNode):
         self.used_versions: dict[str, int] = {}
         self.sequence = 0
         self.max_age_ns = seconds_to_ns(self.config.stages.max_input_age_s)
-        self.period_ns = self.period * seconds_to_ns(schedule.step_period_s)
-        self._last_attempt_ns: int | None = None
+        step_ns = seconds_to_ns(schedule.step_period_s)
+        self.trigger = FreeRunTrigger(self.period * step_ns,
+                                      {name: schedule.period_of(name) * step_ns for name in self.upstreams},
+                                      slack_ns=step_ns // 2, resolves=self.runs_on_unchanged_input)
         self._timer: Timer | None = None
         for name in self.upstreams:
             self.subscribe(StageOutput, stage_topic(name), partial(self._on_upstream, name), stage_qos(self.lockstep))
@@ -65,7 +66,7 @@ class StageNode(GraphNode):
 
     def start(self) -> None:
         if not self.lockstep:
-            self._timer = self.ros_timer(self.period * self.config.schedule.step_period_s, self._on_timer)
+            self._timer = self.ros_timer(self.trigger.timer_period_ns / 1e9, self._run_on_newest)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -89,26 +90,21 @@ class StageNode(GraphNode):
             self._drain()
         elif output is not None:
             self.latest[name] = (time_to_ns(msg.header.stamp), output)
-            if name == self.upstreams[0] and self._period_passed():
-                self._timer.reset()  # the next timed run is one period after this one
-                self._on_timer()
+            if self.trigger.arrived(name, self.now_ns()):
+                self._run_on_newest()
 
     def _drain(self) -> None:
         while (ready := self.gate.next_ready()) is not None:
             step, inputs = ready
             self._run(step, inputs, self.step_clock.stamp_of(step))
 
-    def _period_passed(self) -> bool:
-        if self._timer is None:
-            return False
-        last = self._last_attempt_ns
-        return last is None or self.now_ns() - last >= self.period_ns * 9 // 10  # a little early is on time
-
-    def _on_timer(self) -> None:
+    def _run_on_newest(self) -> None:
         versions = {name: version for name, (version, _) in self.latest.items()}
         if not self.runs_on_unchanged_input and versions == self.used_versions:
             return  # nothing new upstream since the last run
-        self._last_attempt_ns = self.now_ns()
+        self.trigger.ran(self.now_ns())
+        if self._timer is not None:
+            self._timer.reset()  # the timer counts from this run
         inputs = {name: output for name, (_, output) in self.latest.items()}
         if self._run(0, inputs, self.now_ns()):
             self.used_versions = versions
