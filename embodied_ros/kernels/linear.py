@@ -97,7 +97,10 @@ def _fused_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
     padded[:n_rows] = rows
     y_t = np.empty((weight.shape[0], padded.shape[0]), np.float32)  # [out, N]: each task writes whole rows
     kernel = _q8_0_matmul if weight.qtype == "q8_0" else _q4_k_matmul
-    kernel(padded, weight.data, F16_TO_F32, y_t)
+    # tiles of _TILE features are dealt round-robin to one task per thread, so that each task
+    # allocates its weight buffer once (one per tile would page-fault on every allocation)
+    workers = max(1, min(numba.get_num_threads(), -(-weight.shape[0] // _TILE)))
+    kernel(padded, weight.data, F16_TO_F32, workers, y_t)
     return np.ascontiguousarray(y_t[:, :n_rows].T)
 
 
@@ -126,36 +129,42 @@ def _scratch(size: int) -> np.ndarray:
     return buffer[:size]
 
 
-# The fused kernels: one task per four output features. Their rows are dequantized once into a
+# The fused kernels: tasks of four output features. Their rows are dequantized once into a
 # small buffer that stays in cache, then every row of x is multiplied by them, four rows of x by
 # four features at a time in registers (16 accumulators: each weight and x value loaded once per
 # tile, one horizontal sum per output at the end).
 
 @jit(parallel=True, fastmath=_FAST)
-def _q8_0_matmul(x, data, f16_to_f32, y_t):
+def _q8_0_matmul(x, data, f16_to_f32, workers, y_t):
     # x: [N, in] f32, N % 4 == 0; data: [out, in/32 * 34] u8 -> y_t: [out, N]
-    for tile in numba.prange((data.shape[0] + _TILE - 1) // _TILE):
-        w = np.zeros((_TILE, x.shape[1]), np.float32)
-        first, last = _TILE * tile, min(_TILE * tile + _TILE, data.shape[0])
-        for i in range(last - first):
-            q8_0_decode_row(data[first + i], f16_to_f32, w[i])
-        _multiply_tile(x, w, first, last, y_t)
+    n_tiles = (data.shape[0] + _TILE - 1) // _TILE
+    buffers = np.zeros((workers, _TILE, x.shape[1]), np.float32)
+    for worker in numba.prange(workers):
+        w = buffers[worker]
+        for tile in range(worker, n_tiles, workers):
+            first, last = _TILE * tile, min(_TILE * tile + _TILE, data.shape[0])
+            for i in range(last - first):
+                q8_0_decode_row(data[first + i], f16_to_f32, w[i])
+            _multiply_tile(x, w, first, last, y_t)
 
 
 @jit(parallel=True, fastmath=_FAST)
-def _q4_k_matmul(x, data, f16_to_f32, y_t):
+def _q4_k_matmul(x, data, f16_to_f32, workers, y_t):
     # x: [N, in] f32, N % 4 == 0; data: [out, in/256 * 144] u8 -> y_t: [out, N]
-    for tile in numba.prange((data.shape[0] + _TILE - 1) // _TILE):
-        w = np.zeros((_TILE, x.shape[1]), np.float32)
-        first, last = _TILE * tile, min(_TILE * tile + _TILE, data.shape[0])
-        for i in range(last - first):
-            q4_k_decode_row(data[first + i], f16_to_f32, w[i])
-        _multiply_tile(x, w, first, last, y_t)
+    n_tiles = (data.shape[0] + _TILE - 1) // _TILE
+    buffers = np.zeros((workers, _TILE, x.shape[1]), np.float32)
+    for worker in numba.prange(workers):
+        w = buffers[worker]
+        for tile in range(worker, n_tiles, workers):
+            first, last = _TILE * tile, min(_TILE * tile + _TILE, data.shape[0])
+            for i in range(last - first):
+                q4_k_decode_row(data[first + i], f16_to_f32, w[i])
+            _multiply_tile(x, w, first, last, y_t)
 
 
 @jit(inline="always", fastmath=_FAST)
 def _multiply_tile(x, w, first, last, y_t):
-    # x: [N, in], N % 4 == 0; w: [4, in] (rows past `last - first` are zero) -> y_t[first:last, :]
+    # x: [N, in], N % 4 == 0; w: [4, in] (rows past `last - first` unused) -> y_t[first:last, :]
     out = np.empty((_TILE, _TILE), np.float32)  # [feature, row]
     for n in range(0, x.shape[0], _TILE):
         a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0.0)

@@ -192,13 +192,18 @@ def q4_k_scale_min(row: np.ndarray, base: int, s: int) -> tuple[int, int]:
     return sc, m
 
 
+# The decoders keep every byte operation in uint8 (`np.uint8(...)` on each step): numba otherwise
+# widens to int64, and LLVM then either converts 8 lanes at a time or not at all (measured 1.9x).
+
 @jit(inline="always")
 def q8_0_decode_row(row: np.ndarray, f16_to_f32: np.ndarray, out: np.ndarray) -> None:
     """One row of q8_0 blocks -> out[in] float32."""
     for b in range(row.shape[0] // 34):
         d = f16_at(row, 34 * b, f16_to_f32)
         for k in range(32):
-            out[32 * b + k] = d * np.float32(np.int8(row[34 * b + 2 + k]))
+            byte = np.uint8(row[34 * b + 2 + k])  # int8 in two's complement
+            q = np.float32(byte) - np.float32(np.uint8(byte >> np.uint8(7))) * np.float32(256.0)
+            out[32 * b + k] = d * q
 
 
 @jit(inline="always")
@@ -214,9 +219,11 @@ def q4_k_decode_row(row: np.ndarray, f16_to_f32: np.ndarray, out: np.ndarray) ->
             scale_high, offset_high = d * np.float32(sc_high), dmin * np.float32(m_high)
             col = 256 * b + 64 * c
             for lane in range(32):
-                byte = row[base + 16 + 32 * c + lane]
-                out[col + lane] = scale_low * np.float32(byte & 15) - offset_low
-                out[col + 32 + lane] = scale_high * np.float32(byte >> 4) - offset_high
+                byte = np.uint8(row[base + 16 + 32 * c + lane])
+                low = np.float32(np.uint8(byte & np.uint8(15)))
+                high = np.float32(np.uint8(byte >> np.uint8(4)))
+                out[col + lane] = scale_low * low - offset_low
+                out[col + 32 + lane] = scale_high * high - offset_high
 
 
 @jit(parallel=True)
