@@ -5,11 +5,9 @@ one process per node."""
 import numpy as np
 import pytest
 
-from embodied_ros.graph.composed import graph_nodes
 from embodied_ros.graph.config import load_config
 from embodied_ros.graph.lockstep import LockstepGraph
 from embodied_ros.graph.noise import stage_noise
-from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.pipeline.stages import infer, load_runtime
 from embodied_ros.pipeline.types import Observation
 from graph_bundles import pi05_bundle
@@ -60,16 +58,14 @@ def test_composed_graph_gives_the_direct_runtime_chunk(bundle, runtime, inputs):
 
 
 def test_one_process_per_node_gives_the_direct_runtime_chunk(bundle, runtime, inputs, tmp_path):
-    config = load_config(None, {"bundle": str(bundle), "stages.noise_seed": SEED, "layout": "separate",
-                                "schedule.mode": "lockstep"})
-    domain = next_domain()
-    processes = SeparateGraph(config, graph_nodes(False), domain_id=domain, log_dir=tmp_path)
-    graph = LockstepGraph(config, runtime=runtime, domain_id=domain, timeout_s=120, separate_graph=processes)
+    config = load_config(None, {"bundle": str(bundle), "stages.noise_seed": SEED, "layout": "separate"})
+    graph = LockstepGraph(config, runtime=runtime, domain_id=next_domain(), timeout_s=120, log_dir=str(tmp_path))
     try:
         graph.start()
+        processes = graph.graph
         output = graph.step(*inputs, instruction=INSTRUCTION)
     except TimeoutError:
-        print({name: processes.log(name)[-2000:] for name in processes.node_names})
+        print({path.name: path.read_text()[-2000:] for path in tmp_path.glob("*.log")})
         raise
     finally:
         graph.close()

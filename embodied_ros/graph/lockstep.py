@@ -5,6 +5,7 @@
             out = graph.step(images, joints, instruction="pick up the cube")
             out.chunk, out.commands, out.timings
 
+`config.layout` separate runs one process per node instead (stage outputs serialized).
 Step k publishes /clock = start + k * step_period, then the step's images and joint state stamped
 with that time on the graph's input topics, and waits until every stage scheduled at step k has
 reported (StageTiming), the action chunk of step k (if the action head runs) and the controller's
@@ -34,6 +35,7 @@ from embodied_ros.deploy.messages import command_positions
 from embodied_ros.graph.composed import ComposedGraph, graph_nodes
 from embodied_ros.graph.config import GraphConfig
 from embodied_ros.graph.paths import dds_environment
+from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.graph.schedule import StepClock, runs_on
 from embodied_ros.graph.stats import status_values
@@ -71,17 +73,21 @@ class _Inbox:
 
 class LockstepGraph:
     def __init__(self, config: GraphConfig, *, runtime: Runtime | None = None, domain_id: int | None = None,
-                 namespace: str = "", timeout_s: float = 60.0, separate_graph=None):
-        """`separate_graph`: a graph.processes.SeparateGraph to drive instead of composing in-process."""
+                 namespace: str = "", timeout_s: float = 60.0, log_dir: str | None = None):
+        """The graph of `config` (composed in this process, or one process per node when
+        `config.layout` is separate, each logging to `log_dir`), driven step by step.
+        `runtime`: an already loaded runtime (composed nodes use it; default: the config's bundle)."""
         self.config = replace(config, schedule=replace(config.schedule, mode="lockstep"))
         self.runtime = runtime
         self.domain_id = domain_id
         self.namespace = namespace
         self.timeout_s = timeout_s
-        self.separate_graph = separate_graph
+        self.log_dir = log_dir
         schedule = self.config.schedule
         self.clock = StepClock(seconds_to_ns(schedule.lockstep_start_s), seconds_to_ns(schedule.step_period_s))
         self.next_step = 0
+        self.graph: ComposedGraph | SeparateGraph | None = None
+        self.driver: Node | None = None
         self._commands_taken = 0
         self._instruction: str | None = None
 
@@ -100,33 +106,41 @@ class LockstepGraph:
         self.node_names = graph_nodes(self.spec.has_world_model)
         self.cameras = self.config.inputs.cameras or self.spec.camera_names
         self.state_joints = self.config.inputs.state_joints or self.spec.state_names
-        if self.separate_graph is not None:
+        separate = self.config.layout == "separate"
+        if separate:
             os.environ.update(dds_environment())  # the driver must use the nodes' DDS transports
         self.context = Context()
         rclpy.init(context=self.context, domain_id=self.domain_id)
-        self.driver = Node("lockstep_driver", context=self.context, namespace=self.namespace)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.driver)
-        self.inbox = _Inbox()
-        self._make_topics()
-        if self.separate_graph is None:
-            self.graph = ComposedGraph(self.config, context=self.context, runtime=runtime, namespace=self.namespace)
-            self.graph.start()
-        else:
-            self.graph = self.separate_graph
-            self.graph.start()
-            self._wait_until_active()
+        try:
+            self.driver = Node("lockstep_driver", context=self.context, namespace=self.namespace)
+            self.executor = SingleThreadedExecutor(context=self.context)
+            self.executor.add_node(self.driver)
+            self.inbox = _Inbox()
+            self._make_topics()
+            if separate:
+                self.graph = SeparateGraph(self.config, self.node_names, namespace=self.namespace,
+                                           domain_id=self.domain_id, log_dir=self.log_dir)
+                self.graph.start()
+                self._wait_until_active()
+            else:
+                self.graph = ComposedGraph(self.config, context=self.context, runtime=runtime,
+                                           namespace=self.namespace)
+                self.graph.start()
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
-        graph = getattr(self, "graph", None)
-        if graph is not None:
-            graph.stop()
+        if self.graph is not None:
+            self.graph.stop()
             self.graph = None
-        if getattr(self, "driver", None) is not None:
+        if self.driver is not None:
             self.executor.shutdown()
             self.driver.destroy_node()
             self.driver = None
+        if getattr(self, "context", None) is not None:
             rclpy.try_shutdown(context=self.context)
+            self.context = None
 
     # stepping -----------------------------------------------------------------------------------
 
