@@ -52,6 +52,15 @@ def test_by_reference_hands_over_the_same_object_and_old_ones_expire():
         decode_output(messages[2], ResultStore())
 
 
+def test_handles_stay_unique_when_a_restarted_stage_counts_from_one_again():
+    store = ResultStore(keep_last=2)
+    first = StageResult(stage="prefix", stamp_ns=1, tensors={})
+    again = StageResult(stage="prefix", stamp_ns=2, tensors={})
+    old = encode_output("prefix", 1, 0, first, 0, store)
+    new = encode_output("prefix", 1, 0, again, 0, store)
+    assert decode_output(old, store) is first and decode_output(new, store) is again
+
+
 def test_skip_marker_decodes_to_none():
     marker = encode_output("world", 5, 4, None, now_ns=1, store=None)
     assert marker.sequence == 0

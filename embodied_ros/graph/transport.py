@@ -35,12 +35,15 @@ class ResultStore:
         self.keep_last = keep_last
         self._token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._objects: dict[str, Any] = {}
+        self._count = 0
         self._order: dict[str, deque[str]] = {}
         self._lock = threading.Lock()
 
-    def put(self, stage: str, sequence: int, obj: Any) -> str:
-        handle = f"{self._token}/{stage}/{sequence}"
+    def put(self, stage: str, obj: Any) -> str:
+        """Keep `obj` and return its handle (unique within this store, whatever the stage's counters)."""
         with self._lock:
+            self._count += 1
+            handle = f"{self._token}/{stage}/{self._count}"
             order = self._order.setdefault(stage, deque())
             order.append(handle)
             self._objects[handle] = obj
@@ -99,7 +102,7 @@ def encode_output(stage: str, sequence: int, step: int, payload: Payload | None,
         return msg
     msg.observation_stamp = ns_to_time(payload.stamp_ns)
     if store is not None:
-        msg.handle = store.put(stage, sequence, payload)
+        msg.handle = store.put(stage, payload)
     else:
         msg.tensors = [array_to_tensor(name, value) for name, value in _flatten(payload).items()]
     return msg
