@@ -4,6 +4,7 @@ the launcher's parameter buffer matches each PTX entry's parameter list exactly.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -135,3 +136,18 @@ def test_packer_rejects_wrong_arguments():
         pack_arguments(arg_types, (tensor,))
     with pytest.raises(TypeError, match="not supported"):
         abi_params((types.complex64,))
+
+
+def test_dequantization_rounds_every_product_as_numpy_does(cache):
+    """ptxas may fuse a plain mul.f32 with an add/sub that uses it into one FMA (one rounding instead of
+    numpy's two). In the dequantization kernels no plain product may feed an addition or subtraction."""
+    by_name = {k.fn.__name__: k for k in kernels()}
+    for name in ("q4_k_rows", "q8_0_rows"):
+        for cc in CHECKED_ARCHITECTURES:
+            body = _ptx(by_name[name], cc)
+            assert not re.search(r"\bfma\.", body), name
+            plain_products = set(re.findall(r"\tmul\.f32\s+(%f\d+),", body))
+            for line in re.findall(r"\t(?:add|sub)(?:\.rn)?\.f32\s+[^;]+;", body):
+                operands = set(re.findall(r"%f\d+", line)[1:])
+                assert not operands & plain_products, f"{name}: {line.strip()} may be fused into an FMA"
+    assert "mul.rn.f32" in _ptx(by_name["q4_k_rows"], CHECKED_ARCHITECTURES[0])

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from embodied_ros.kernels._cuda_compile import cuda, device_function
+from embodied_ros.kernels._cuda_compile import cuda, cuda_simulator_enabled, device_function
+
+if cuda is not None:
+    from numba.cuda import libdevice
 
 _TWO_TO_MINUS_24 = np.float32(2.0 ** -24)
 _INF = np.float32(np.inf)
@@ -91,3 +94,19 @@ def signed_byte(byte):  # pragma: no cover - device code
     """A uint8 read as int8 (two's complement), as float32."""
     value = np.int32(byte)
     return np.float32(value - np.int32(256) if value >= 128 else value)
+
+
+def _rounded_product_on_gpu(a, b):  # pragma: no cover - device code
+    return libdevice.fmul_rn(a, b)
+
+
+def _rounded_product_simulated(a, b):
+    return a * b  # numpy float32 arithmetic: always rounded
+
+
+# a * b rounded to float32 on its own: ptxas may fuse a plain product with a following add or
+# subtraction into one FMA (one rounding instead of two); mul.rn it leaves alone. Where the result
+# must equal numpy's bit for bit (dequantization) products go through this. libdevice has no
+# simulator version, so the simulator runs plain float32 arithmetic, which rounds the same way.
+rounded_product = device_function(_rounded_product_simulated if cuda_simulator_enabled()
+                                  else _rounded_product_on_gpu)

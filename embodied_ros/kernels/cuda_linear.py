@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from embodied_ros.kernels._cuda_compile import cuda, cuda_kernel, device_function
-from embodied_ros.kernels._cuda_device import block_sum_rows, half_to_float, signed_byte
+from embodied_ros.kernels._cuda_device import block_sum_rows, half_to_float, rounded_product, signed_byte
 from embodied_ros.kernels._cuda_runtime import DeviceTensor, blocks_for, gpu, nothing, on_device, returned
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.kernels.registry import kernel
@@ -143,7 +143,9 @@ def q4_k_group(data, row, group):  # pragma: no cover - device code
             ((np.int32(data[row, packed + s - 4]) >> np.int32(6)) << np.int32(4))
         m = (np.int32(data[row, packed + s + 4]) >> np.int32(4)) | \
             ((np.int32(data[row, packed + s]) >> np.int32(6)) << np.int32(4))
-    return d * np.float32(sc), dmin * np.float32(m), base + 16 + 32 * (s // 2), np.int32(4 * (s % 2))
+    # rounded like numpy's, so that dequantization is bit-exact (see rounded_product)
+    return (rounded_product(d, np.float32(sc)), rounded_product(dmin, np.float32(m)), base + 16 + 32 * (s // 2),
+            np.int32(4 * (s % 2)))
 
 
 @cuda_kernel(f"void({_BYTES}, {_MATRIX})")
@@ -168,7 +170,7 @@ def q4_k_rows(data, out):  # pragma: no cover - device code
         step, low, first, shift = q4_k_group(data, r, group)
         for lane in range(32):
             level = (np.int32(data[r, first + lane]) >> shift) & np.int32(15)
-            out[r, 32 * group + lane] = step * np.float32(level) - low
+            out[r, 32 * group + lane] = rounded_product(step, np.float32(level)) - low  # as numpy: bit-exact
 
 
 @cuda_kernel(f"void({_BYTES}, uint32[:, ::1])")
