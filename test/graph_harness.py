@@ -22,12 +22,13 @@ from embodied_ros.inputs.stamps import time_to_ns
 from embodied_ros.msg import ActionChunk, StageTiming
 from embodied_ros.nodes.synthetic import SyntheticRobot
 
-# distinct DDS domains per test (and per pytest-xdist worker) so graphs never hear each other
-_domains = itertools.count(100 + 20 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0))
+_domains = itertools.count()
 
 
 def next_domain() -> int:
-    return next(_domains)
+    """A DDS domain for one graph: distinct per test and per test process (others may run at the
+    same time on this machine), in 101..231, above the range test/conftest.py hands out."""
+    return 101 + (os.getpid() * 7 + next(_domains)) % 131
 
 
 class FaultyRobot(SyntheticRobot):

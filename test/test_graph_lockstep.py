@@ -1,7 +1,5 @@
 """Lock-step graph on real rclpy with a test runtime: schedule kept exactly, runs reproducible."""
 
-import itertools
-
 import numpy as np
 import pytest
 
@@ -9,8 +7,7 @@ from embodied_ros.graph.config import load_config
 from embodied_ros.graph.lockstep import LockstepGraph
 from embodied_ros.graph.noise import stage_noise
 from fake_runtime import FakeRuntime, random_images
-
-_domains = itertools.count(60)
+from graph_harness import next_domain
 
 
 def _episode(runtime, steps, seed=3):
@@ -19,7 +16,7 @@ def _episode(runtime, steps, seed=3):
 
 
 def _run(config, runtime, episode, instruction="stack the cups"):
-    with LockstepGraph(config, runtime=runtime, domain_id=next(_domains), timeout_s=30) as graph:
+    with LockstepGraph(config, runtime=runtime, domain_id=next_domain(), timeout_s=30) as graph:
         return graph.run(episode, instruction)
 
 
