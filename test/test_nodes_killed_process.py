@@ -3,7 +3,6 @@ crashes; the controller holds within one control period of its last chunk runnin
 action head reports the stale prefix on /diagnostics, and streaming resumes once a new prefix
 process is up."""
 
-import os
 import time
 
 import pytest
@@ -20,14 +19,15 @@ STEP_S = 0.1
 
 
 @pytest.fixture
-def separate_graph(tmp_path_factory, tmp_path):
+def separate_graph(tmp_path_factory, tmp_path, monkeypatch):
     bundle = pi05_bundle(tmp_path_factory)
     spec = load_runtime(bundle).spec
     config = load_config(None, {"bundle": str(bundle), "layout": "separate", "schedule.step_period_s": STEP_S,
                                 "schedule.perception": 1, "stages.max_input_age_s": 0.5,
                                 "diagnostics.period_s": 0.5})
     domain = next_domain()
-    os.environ.update(dds_environment())  # this test process talks to the nodes over the same transports
+    for name, value in dds_environment().items():  # this test talks to the nodes over their transports
+        monkeypatch.setenv(name, value)
     processes = SeparateGraph(config, graph_nodes(spec.has_world_model), domain_id=domain, log_dir=tmp_path)
     outside = Outside(config, spec, domain)
     processes.start()

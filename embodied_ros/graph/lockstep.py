@@ -15,7 +15,7 @@ in separate processes.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
@@ -34,7 +34,7 @@ from trajectory_msgs.msg import JointTrajectory
 from embodied_ros.deploy.messages import command_positions
 from embodied_ros.graph.composed import ComposedGraph, graph_nodes
 from embodied_ros.graph.config import GraphConfig
-from embodied_ros.graph.paths import dds_environment
+from embodied_ros.graph.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.graph.schedule import StepClock, runs_on
@@ -107,12 +107,11 @@ class LockstepGraph:
         self.cameras = self.config.inputs.cameras or self.spec.camera_names
         self.state_joints = self.config.inputs.state_joints or self.spec.state_names
         separate = self.config.layout == "separate"
-        if separate:
-            os.environ.update(dds_environment())  # the driver must use the nodes' DDS transports
-        self.context = Context()
-        rclpy.init(context=self.context, domain_id=self.domain_id)
-        try:
+        with using_dds_environment() if separate else contextlib.nullcontext():  # the nodes' transports
+            self.context = Context()
+            rclpy.init(context=self.context, domain_id=self.domain_id)
             self.driver = Node("lockstep_driver", context=self.context, namespace=self.namespace)
+        try:
             self.executor = SingleThreadedExecutor(context=self.context)
             self.executor.add_node(self.driver)
             self.inbox = _Inbox()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 PACKAGE = "embodied_ros"
@@ -34,3 +36,19 @@ def dds_environment() -> dict[str, str]:
         "MALLOC_MMAP_THRESHOLD_": "67108864",
         "MALLOC_TRIM_THRESHOLD_": "268435456",
     }
+
+
+@contextlib.contextmanager
+def using_dds_environment():
+    """Within the block, new ROS contexts and their nodes use `dds_environment()`; the process
+    environment is restored afterwards (child processes get it explicitly)."""
+    saved = {name: os.environ.get(name) for name in dds_environment()}
+    os.environ.update(dds_environment())
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

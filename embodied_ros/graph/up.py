@@ -3,7 +3,7 @@ print a live summary, and return a final report with rates, latencies and the co
 
 from __future__ import annotations
 
-import os
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
@@ -15,7 +15,7 @@ from rclpy.executors import SingleThreadedExecutor
 from embodied_ros.graph.composed import ComposedGraph, graph_nodes
 from embodied_ros.graph.config import GraphConfig
 from embodied_ros.graph.monitor import GraphMonitor
-from embodied_ros.graph.paths import dds_environment
+from embodied_ros.graph.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.graph.spinning import SpinThread
@@ -47,15 +47,15 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
            print_fn: Callable[[str], None] = print, runtime: Runtime | None = None) -> UpReport:
     """Run the graph for `duration_s` seconds (after start-up) and report; Ctrl-C ends it early.
     `runtime`: an already loaded runtime for a composed graph (default: load the config's bundle)."""
-    if config.layout == "separate":
-        os.environ.update(dds_environment())  # this process talks to the nodes with the same transports
     runtime = runtime or acquire_runtime(config.bundle, config.backend)
     spec = runtime.spec
-    context = Context()
-    rclpy.init(context=context, domain_id=domain_id)
+    # with separate processes this process talks to the nodes over their transports
+    with using_dds_environment() if config.layout == "separate" else contextlib.nullcontext():
+        context = Context()
+        rclpy.init(context=context, domain_id=domain_id)
+        node_kwargs = dict(context=context, namespace=namespace)
+        monitor = GraphMonitor(config.controller.rate_hz, config.controller.output, **node_kwargs)
     outside = SingleThreadedExecutor(context=context)
-    node_kwargs = dict(context=context, namespace=namespace)
-    monitor = GraphMonitor(config.controller.rate_hz, config.controller.output, **node_kwargs)
     outside.add_node(monitor)
     if synthetic:
         cameras = {name: spec.image_size for name in (config.inputs.cameras or spec.camera_names)}
