@@ -1,1 +1,2 @@
-"""Heads: what turns a prefix cache into actions (flow-matching action expert and its solver)."""
+"""Heads: what turns a prefix into outputs (pi0.5's flow-matching action expert and its Euler
+solver; the world predictor of world-action models)."""
