@@ -69,6 +69,7 @@ def _prefix_bias(tokens: int) -> np.ndarray:
 
 def cases(d: dict) -> list[Case]:
     heads, hd, n, a = d["heads"], d["head_dim"], d["prefix"], d["actions"]
+    siglip_hd = d["siglip"] // d["siglip_heads"]
     cos, sin = rope_tables(np.arange(n), hd, 10000.0)
     wan_tokens = int(np.prod(d["wan_grid"]))
     wan_hd = d["wan"] // d["wan_heads"]
@@ -92,14 +93,14 @@ def cases(d: dict) -> list[Case]:
              lambda r: (_normal(r, a, d["expert_mlp"], scale=3), _normal(r, a, d["expert_mlp"]))),
         Case(f"gemma prefix attention [{n} tokens, {heads}/1 heads, d {hd}, masked padding]", "attention",
              lambda r: (_normal(r, n, heads, hd), _normal(r, n, 1, hd), _normal(r, n, 1, hd), _prefix_bias(n))),
-        Case(f"siglip attention [{d['patches']} tokens, {d['siglip_heads']} heads, d {d['siglip'] // d['siglip_heads']}]",
-             "attention", lambda r: tuple(_normal(r, d["patches"], d["siglip_heads"], d["siglip"] // d["siglip_heads"])
-                                          for _ in range(3))),
+        Case(f"siglip attention [{d['patches']} tokens, {d['siglip_heads']} heads, d {siglip_hd}]", "attention",
+             lambda r: tuple(_normal(r, d["patches"], d["siglip_heads"], siglip_hd) for _ in range(3))),
         Case(f"expert cached_attention [{a} queries over {n} cached + {a} new keys]", "cached_attention",
              lambda r: (_normal(r, a, heads, hd), _normal(r, n, 1, hd), _normal(r, n, 1, hd), _prefix_bias(n)[0],
                         _normal(r, a, 1, hd), _normal(r, a, 1, hd))),
         Case(f"gemma q projection float32 [{n} x {d['gemma']} -> {heads * hd}]", "linear",
-             lambda r: (_normal(r, n, d["gemma"]), _normal(r, heads * hd, d["gemma"], scale=0.02), _normal(r, heads * hd))),
+             lambda r: (_normal(r, n, d["gemma"]), _normal(r, heads * hd, d["gemma"], scale=0.02),
+                        _normal(r, heads * hd))),
         Case(f"expert linear q8_0 [{a} x {d['expert']} -> {d['expert_mlp']}]", "linear",
              lambda r: (_normal(r, a, d["expert"]), q8(r, (d["expert_mlp"], d["expert"])), None)),
         Case(f"expert linear q4_k [{a} x {d['expert']} -> {d['expert_mlp']}]", "linear",

@@ -66,6 +66,8 @@ def cases():
     bias[0, 1:] = MASKED
     yield "attention", "additive mask", (q, k, v, bias)
     yield "attention", "grouped heads 4/2", (normal(1, 4, 8), normal(3, 2, 8), normal(3, 2, 8))
+    yield "attention", "head_dim 160 (two channels per thread)", (normal(1, 1, 160, scale=0.2), normal(3, 1, 160),
+                                                                   normal(3, 1, 160))
     k, v = normal(150, 1, 4, scale=2), normal(150, 1, 4)
     yield "attention", "150 keys, first tile masked", (normal(1, 1, 4), k, v, masked_keys(150, range(0, 140))[None])
     yield "cached_attention", "cache over two tiles", (normal(1, 2, 8), normal(140, 1, 8), normal(140, 1, 8), None,
@@ -77,6 +79,10 @@ def cases():
     yield "linear", "q8_0, 9 rows (two passes)", (normal(9, 64), random_quant_tensor(rng, "q8_0", (3, 64)), normal(3))
     yield "linear", "q4_k, 3 rows", (normal(3, 512), random_quant_tensor(rng, "q4_k", (2, 512)), normal(2))
     yield "linear", "q4_k, one vector", (normal(256), random_quant_tensor(rng, "q4_k", (2, 256)), None)
+    yield "linear", "q4_k, 2304 inputs (more groups than threads)", (normal(2, 2304),
+                                                                     random_quant_tensor(rng, "q4_k", (1, 2304)), None)
+    yield "linear", "q8_0, 2080 inputs (more blocks than threads)", (normal(2, 2080),
+                                                                    random_quant_tensor(rng, "q8_0", (1, 2080)), None)
     yield "linear", "q4_k, 65 rows", (normal(65, 256), random_quant_tensor(rng, "q4_k", (2, 256)), None)
     yield "linear", "bf16", (normal(2, 13), random_quant_tensor(rng, "bf16", (4, 13)), normal(4))
     yield "dequantize", "q8_0", (random_quant_tensor(rng, "q8_0", (2, 64)),)
@@ -179,8 +185,8 @@ def other_thread_check():
     check("rms_norm", "called from another thread", run)
 
 
-DEVICE_CASES = {"2x7", "3-d, F=17", "grid 1x2x2, 2 heads, d 16", "3x50", "additive mask", "masked cache rows", "q4_k, one vector",
-                "q8_0, 9 rows (two passes)", "leading dims, float16 weight", "q4_k 3-d"}
+DEVICE_CASES = {"2x7", "3-d, F=17", "grid 1x2x2, 2 heads, d 16", "3x50", "additive mask", "masked cache rows",
+                "q4_k, one vector", "q8_0, 9 rows (two passes)", "leading dims, float16 weight", "q4_k 3-d"}
 
 
 def main() -> None:

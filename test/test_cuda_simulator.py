@@ -6,6 +6,7 @@ The simulator must be switched on before numba.cuda is imported, so one subproce
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,9 +21,9 @@ from embodied_ros.kernels import registry
 
 TEST_DIR = Path(__file__).resolve().parent
 REPO = TEST_DIR.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import gpu_check  # noqa: E402
+_spec = importlib.util.spec_from_file_location("benchmarks_gpu_check", REPO / "benchmarks" / "gpu_check.py")
+gpu_check = sys.modules.setdefault("benchmarks_gpu_check", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(gpu_check)
 
 CUDA_OPS = sorted(op for op in registry.ops() if "cuda" in registry.implementations(op))
 GPU_CHECK_ARGS = ["--tiny", "--repeats", "2", "--host-repeats", "1", "--only", "rope"]
