@@ -117,3 +117,17 @@ def test_bad_temb_and_weight_shapes_are_reported(fixture):
         wb.load_block_weights(tensors.__getitem__, "", cfg)
     with pytest.raises(ValueError, match="not divisible"):
         wb.WanBlockConfig(64, 5, 160)
+
+
+def test_bad_block_inputs_are_reported(fixture):
+    config, cfg, weights, cases = fixture
+    ks = KernelSet("numpy")
+    x, temb = cases["case0_hidden_states"][0], cases["case0_temb"][0]
+    rope = wb.Rope(*rope3d_tables(tuple(config["grid_fhw"]), cfg.head_dim))
+    context = wb.context_kv(ks, cfg, weights.cross_attn, cases["case0_encoder_hidden_states"][0])
+    with pytest.raises(ValueError, match="RoPE tables"):
+        wb.wan_block(ks, cfg, weights, x, temb, wb.Rope(rope.cos[:5], rope.sin[:5]), context)
+    with pytest.raises(ValueError, match="per-token temb covers 31 tokens"):
+        wb.wan_block(ks, cfg, weights, x, temb[:31], rope, context)
+    with pytest.raises(ValueError, match="tokens have shape"):
+        wb.wan_block(ks, cfg, weights, x[:, :32], temb, rope, context)

@@ -88,6 +88,8 @@ BLOCK_TENSORS = {
     **{f"self_attn.{field}": f"self_attn.{name}" for field, name in ATTENTION_TENSORS.items()},
     **{f"cross_attn.{field}": f"cross_attn.{name}" for field, name in ATTENTION_TENSORS.items()},
 }
+
+
 def block_tensor_shapes(cfg: WanBlockConfig) -> dict[str, tuple[int, ...]]:
     """Bundle name (relative to the block prefix) -> expected shape."""
     d, f = cfg.dim, cfg.ffn_dim
@@ -190,6 +192,7 @@ def feed_forward(ks, w: WanBlockWeights, x: np.ndarray) -> np.ndarray:
 def wan_block(ks, cfg: WanBlockConfig, w: WanBlockWeights, x: np.ndarray, temb: np.ndarray, rope: Rope,
               context: KV, past: KV | None = None) -> tuple[np.ndarray, KV]:
     """One block over tokens x [S, D]; returns the new x and the tokens' self-attention K/V."""
+    check_block_inputs(cfg, x, temb, rope, context)
     shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = modulation(w.modulation, temb)
     attended, own = self_attention(ks, cfg, w.self_attn, ks.modulated_layer_norm(x, shift_a, scale_a, cfg.eps),
                                    rope, past)
