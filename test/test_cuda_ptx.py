@@ -82,24 +82,34 @@ def _ptxas() -> str:
     return found
 
 
-def test_every_kernel_assembles_with_ptxas(cache, tmp_path):
+def test_every_kernel_assembles_with_ptxas_and_fits_its_blocks(cache, tmp_path):
+    """ptxas accepts every PTX, nothing spills to local memory, and the registers and shared memory a
+    block needs fit one multiprocessor at the kernel's largest block size (else the launch would fail
+    with "too many resources requested")."""
     ptxas = _ptxas()
     jobs = []
     for kernel in kernels():
         for cc in CHECKED_ARCHITECTURES:
             source = tmp_path / f"{kernel.name}.sm_{cc[0]}{cc[1]}.ptx"
             source.write_text(_ptx(kernel, cc))
-            jobs.append((source, f"sm_{cc[0]}{cc[1]}"))
+            jobs.append((kernel, source, f"sm_{cc[0]}{cc[1]}"))
 
     def assemble(job):
-        source, arch = job
-        return source, subprocess.run([ptxas, f"-arch={arch}", str(source), "-o", str(source.with_suffix(".cubin"))],
-                                      capture_output=True, text=True)
+        kernel, source, arch = job
+        command = [ptxas, "-v", f"-arch={arch}", str(source), "-o", str(source.with_suffix(".cubin"))]
+        return kernel, source, subprocess.run(command, capture_output=True, text=True)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for source, result in pool.map(assemble, jobs):
+        for kernel, source, result in pool.map(assemble, jobs):
             assert result.returncode == 0, f"ptxas failed on {source.name}:\n{result.stderr}"
-            assert Path(source.with_suffix(".cubin")).stat().st_size > 0
+            assert source.with_suffix(".cubin").stat().st_size > 0
+            report = result.stdout + result.stderr
+            assert "0 bytes spill stores, 0 bytes spill loads" in report, f"{source.name}:\n{report}"
+            registers = int(re.search(r"Used (\d+) registers", report).group(1))
+            shared = re.search(r"(\d+) bytes smem", report)
+            per_thread = -(-registers // 8) * 8  # allocated in units of 8 per thread (256 per warp)
+            assert per_thread * kernel.threads <= 65536, f"{source.name}: {registers} registers x {kernel.threads}"
+            assert int(shared.group(1) if shared else 0) <= 48 * 1024, f"{source.name}: {report}"
 
 
 def test_entry_params_reads_a_ptx_signature():

@@ -93,7 +93,7 @@ def test_ptx_comes_from_the_cache_when_present(tmp_path, monkeypatch):
     def never_compiled(x):  # pragma: no cover - only its identity matters
         pass
 
-    kernel = CudaKernel(never_compiled, "void(float32[::1])")
+    kernel = CudaKernel(never_compiled, "void(float32[::1])", threads=32)
     path = _cache_path(kernel, (8, 7))
     assert path.is_relative_to(tmp_path) and path.name.endswith(".sm_87.ptx")
     path.parent.mkdir(parents=True)
@@ -107,7 +107,7 @@ def test_compiled_ptx_is_written_to_the_cache(tmp_path, monkeypatch):
     def store(x, out):  # pragma: no cover - compiled for the GPU only
         out[0] = x[0]
 
-    kernel = CudaKernel(store, "void(float32[::1], float32[::1])")
+    kernel = CudaKernel(store, "void(float32[::1], float32[::1])", threads=32)
     ptx = kernel.ptx((9, 0))
     assert ".target sm_90" in ptx
     assert _cache_path(kernel, (9, 0)).read_text() == ptx

@@ -52,10 +52,15 @@ def device_function(fn: Callable) -> Callable:
 
 @dataclass(eq=False)
 class CudaKernel:
-    """A numba.cuda kernel with one fixed signature; compiled to PTX per architecture on demand."""
+    """A numba.cuda kernel with one fixed signature; compiled to PTX per architecture on demand.
+
+    threads: the largest block it is launched with (the launcher refuses more; tests check that the
+    compiled kernel's registers fit that many threads on one multiprocessor).
+    """
 
     fn: Callable
     signature: str
+    threads: int
     _ptx: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)
     _simulated: Callable | None = field(default=None, repr=False)
 
@@ -101,11 +106,12 @@ class CudaKernel:
         return self._simulated
 
 
-def cuda_kernel(signature: str) -> Callable[[Callable], CudaKernel]:
-    """Declare a numba.cuda kernel with a fixed numba signature, e.g. "void(float32[:, ::1], float32)"."""
+def cuda_kernel(signature: str, threads: int) -> Callable[[Callable], CudaKernel]:
+    """Declare a numba.cuda kernel with a fixed numba signature, e.g. "void(float32[:, ::1], float32)",
+    launched with blocks of at most `threads` threads."""
 
     def declare(fn: Callable) -> CudaKernel:
-        kernel = CudaKernel(fn, signature)
+        kernel = CudaKernel(fn, signature, threads)
         if len(kernel.arg_types) != len(kernel.arg_names):
             raise TypeError(f"{kernel.name}: signature {signature!r} does not match its "
                             f"{len(kernel.arg_names)} parameters")

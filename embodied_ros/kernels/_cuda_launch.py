@@ -97,6 +97,8 @@ class GpuDevice:
 
     def launch(self, kernel: CudaKernel, grid, block, args, shared_bytes: int = 0) -> None:
         """Run `kernel` on a (grid, block) launch; array arguments must be DeviceTensors."""
+        if int(np.prod(_dim3(block))) > kernel.threads:
+            raise ValueError(f"{kernel.name} is built for blocks of at most {kernel.threads} threads, got {block}")
         self._make_current()
         function = self._function(kernel)
         buffer = pack_arguments(kernel.arg_types, args)

@@ -28,7 +28,7 @@ _HEADS = "float32[:, :, ::1]"
 
 
 @cuda_kernel(f"void({_HEADS}, {_HEADS}, {_HEADS}, {_HEADS}, {_HEADS}, float32[:, ::1], float32[::1], float32, "
-             f"{_HEADS})")
+             f"{_HEADS})", threads=THREADS)
 def attend(q, k_cache, v_cache, k_new, v_new, bias, key_bias, scale, out):  # pragma: no cover - device code
     # q, out: [Tq, Hq, d]; k_*, v_*: [N | T, Hkv, d]; bias: [Tq, N + T] or [0, 0];
     # key_bias: [N] (cache keys only) or [0]; grid (Tq, Hq), block THREADS

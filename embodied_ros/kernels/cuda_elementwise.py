@@ -22,21 +22,21 @@ def gelu_tanh_value(x):  # pragma: no cover - device code
     return np.float32(0.5) * x * (np.float32(1.0) + np.float32(math.tanh(inner)))
 
 
-@cuda_kernel("void(float32[::1], float32[::1])")
+@cuda_kernel("void(float32[::1], float32[::1])", threads=THREADS)
 def gelu(x, out):  # pragma: no cover - device code
     # x, out: [n]
     for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
         out[i] = gelu_tanh_value(x[i])
 
 
-@cuda_kernel("void(float32[::1], float32[::1], float32[::1])")
+@cuda_kernel("void(float32[::1], float32[::1], float32[::1])", threads=THREADS)
 def gelu_mul(gate, up, out):  # pragma: no cover - device code
     # gate, up, out: [n]
     for i in range(cuda.grid(1), gate.shape[0], cuda.gridsize(1)):
         out[i] = gelu_tanh_value(gate[i]) * up[i]
 
 
-@cuda_kernel("void(float32[:, ::1], float32[:, ::1])")
+@cuda_kernel("void(float32[:, ::1], float32[:, ::1])", threads=THREADS)
 def gelu_glu(gate_up, out):  # pragma: no cover - device code
     # gate_up: [n, 2F] = [gate | up] -> out: [n, F]
     width = out.shape[1]
@@ -46,7 +46,7 @@ def gelu_glu(gate_up, out):  # pragma: no cover - device code
         out[r, c] = gelu_tanh_value(gate_up[r, c]) * gate_up[r, width + c]
 
 
-@cuda_kernel("void(float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1])")
+@cuda_kernel("void(float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1])", threads=THREADS)
 def gated_add(x, update, gate, out):  # pragma: no cover - device code
     # x, update, out: [S, D]; gate: [S, D] or [1, D]
     width = x.shape[1]

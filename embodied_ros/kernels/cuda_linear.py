@@ -26,12 +26,13 @@ ROWS_AT_ONCE = 8  # rows a fused block applies each decoded group to
 FUSED_THREADS = 64
 TILE = 64  # output tile of the float32 product (rows x features)
 STEP = 16  # reduction slice staged in shared memory
+_DEQUANTIZE_THREADS = 128
 _PADDED = TILE + 1  # shared tile rows: one extra column spreads the accesses over the memory banks
 _MATRIX = "float32[:, ::1]"
 _BYTES = "uint8[:, ::1]"
 
 
-@cuda_kernel(f"void({_MATRIX}, {_MATRIX}, float32[::1], {_MATRIX})")
+@cuda_kernel(f"void({_MATRIX}, {_MATRIX}, float32[::1], {_MATRIX})", threads=16 * 16)
 def matmul_nt(x, w, bias, y):  # pragma: no cover - device code
     # y[N, O] = x[N, I] @ w[O, I]^T (+ bias[O] unless bias is empty); grid (O/64, N/64), block (16, 16)
     x_tile = cuda.shared.array((STEP, _PADDED), np.float32)  # [k, row]; +1 spreads the banks
@@ -70,7 +71,7 @@ def matmul_nt(x, w, bias, y):  # pragma: no cover - device code
                 y[row, col] = acc[a, b] + (bias[col] if bias.shape[0] != 0 else np.float32(0.0))
 
 
-@cuda_kernel(f"void({_MATRIX}, {_BYTES}, float32[::1], {_MATRIX})")
+@cuda_kernel(f"void({_MATRIX}, {_BYTES}, float32[::1], {_MATRIX})", threads=FUSED_THREADS)
 def q8_0_linear(x, data, bias, y):  # pragma: no cover - device code
     # x: [N, I]; data: [O, I/32 * 34] q8_0 blocks -> y: [N, O]; grid (O,), block FUSED_THREADS
     partial = cuda.shared.array((ROWS_AT_ONCE, FUSED_THREADS), np.float32)
@@ -87,8 +88,9 @@ def q8_0_linear(x, data, bias, y):  # pragma: no cover - device code
             d = half_to_float(data[o, base], data[o, base + 1])
             for k in range(32):
                 weight = d * signed_byte(data[o, base + 2 + k])
-                for n in range(rows):
-                    acc[n] += weight * x[r0 + n, 32 * b + k]
+                for n in range(ROWS_AT_ONCE):  # a constant trip count keeps acc in registers
+                    if n < rows:
+                        acc[n] += weight * x[r0 + n, 32 * b + k]
         for n in range(ROWS_AT_ONCE):
             partial[n, t] = acc[n]
         block_sum_rows(partial, rows)
@@ -98,7 +100,7 @@ def q8_0_linear(x, data, bias, y):  # pragma: no cover - device code
         cuda.syncthreads()
 
 
-@cuda_kernel(f"void({_MATRIX}, {_BYTES}, float32[::1], {_MATRIX})")
+@cuda_kernel(f"void({_MATRIX}, {_BYTES}, float32[::1], {_MATRIX})", threads=FUSED_THREADS)
 def q4_k_linear(x, data, bias, y):  # pragma: no cover - device code
     # x: [N, I]; data: [O, I/256 * 144] q4_k blocks -> y: [N, O]; grid (O,), block FUSED_THREADS
     partial = cuda.shared.array((ROWS_AT_ONCE, FUSED_THREADS), np.float32)
@@ -115,8 +117,9 @@ def q4_k_linear(x, data, bias, y):  # pragma: no cover - device code
             for lane in range(32):
                 level = (np.int32(data[o, first + lane]) >> shift) & np.int32(15)
                 weight = step * np.float32(level) - low
-                for n in range(rows):
-                    acc[n] += weight * x[r0 + n, 32 * group + lane]
+                for n in range(ROWS_AT_ONCE):  # a constant trip count keeps acc in registers
+                    if n < rows:
+                        acc[n] += weight * x[r0 + n, 32 * group + lane]
         for n in range(ROWS_AT_ONCE):
             partial[n, t] = acc[n]
         block_sum_rows(partial, rows)
@@ -148,7 +151,7 @@ def q4_k_group(data, row, group):  # pragma: no cover - device code
             np.int32(4 * (s % 2)))
 
 
-@cuda_kernel(f"void({_BYTES}, {_MATRIX})")
+@cuda_kernel(f"void({_BYTES}, {_MATRIX})", threads=_DEQUANTIZE_THREADS)
 def q8_0_rows(data, out):  # pragma: no cover - device code
     # data: [R, B * 34] -> out: [R, B * 32]; one thread per q8_0 block
     n_blocks = data.shape[1] // 34
@@ -160,7 +163,7 @@ def q8_0_rows(data, out):  # pragma: no cover - device code
             out[r, 32 * b + k] = d * signed_byte(data[r, 34 * b + 2 + k])
 
 
-@cuda_kernel(f"void({_BYTES}, {_MATRIX})")
+@cuda_kernel(f"void({_BYTES}, {_MATRIX})", threads=_DEQUANTIZE_THREADS)
 def q4_k_rows(data, out):  # pragma: no cover - device code
     # data: [R, B * 144] -> out: [R, B * 256]; one thread per 32-weight sub-block
     n_groups = out.shape[1] // 32
@@ -173,7 +176,7 @@ def q4_k_rows(data, out):  # pragma: no cover - device code
             out[r, 32 * group + lane] = rounded_product(step, np.float32(level)) - low  # as numpy: bit-exact
 
 
-@cuda_kernel(f"void({_BYTES}, uint32[:, ::1])")
+@cuda_kernel(f"void({_BYTES}, uint32[:, ::1])", threads=_DEQUANTIZE_THREADS)
 def bf16_rows(data, bits):  # pragma: no cover - device code
     # data: [R, 2n] bf16 values, little-endian -> bits: [R, n] float32 bit patterns (bf16 is their upper half)
     width = bits.shape[1]
@@ -182,8 +185,6 @@ def bf16_rows(data, bits):  # pragma: no cover - device code
         k = item - r * width
         bits[r, k] = (np.uint32(data[r, 2 * k]) << np.uint32(16)) | (np.uint32(data[r, 2 * k + 1]) << np.uint32(24))
 
-
-_DEQUANTIZE_THREADS = 128
 
 
 def _dequantize_on_gpu(weight: QuantTensor) -> DeviceTensor:

@@ -23,7 +23,7 @@ from embodied_ros.kernels.registry import kernel
 _ROW = "float32[:, ::1]"
 
 
-@cuda_kernel(f"void({_ROW}, {_ROW}, {_ROW}, float32, int32, float32, {_ROW})")
+@cuda_kernel(f"void({_ROW}, {_ROW}, {_ROW}, float32, int32, float32, {_ROW})", threads=MAX_THREADS)
 def normalize_rows(x, scale, shift, one, centered, eps, out):  # pragma: no cover - device code
     # x: [R, D]; scale: [R or 1, D]; shift: [R or 1, D] or [0, D] (none) -> out: [R, D]; grid (R,)
     buffer = cuda.shared.array(MAX_THREADS, np.float32)

@@ -14,7 +14,7 @@ THREADS = 256
 _SIGNATURE = "void(float32[:, :, ::1], float32[:, ::1], float32[:, ::1], float32[:, :, ::1])"
 
 
-@cuda_kernel(_SIGNATURE)
+@cuda_kernel(_SIGNATURE, threads=THREADS)
 def rotate_half(x, cos, sin, out):  # pragma: no cover - device code
     # x, out: [T, H, d]; cos, sin: [T, d]; channel i pairs with i + d/2
     heads, width = x.shape[1], x.shape[2]
@@ -29,7 +29,7 @@ def rotate_half(x, cos, sin, out):  # pragma: no cover - device code
         out[t, h, i + half] = b * cos[t, i + half] + a * sin[t, i + half]
 
 
-@cuda_kernel(_SIGNATURE)
+@cuda_kernel(_SIGNATURE, threads=THREADS)
 def rotate_pairs(x, cos, sin, out):  # pragma: no cover - device code
     # x, out: [S, H, Dh]; cos, sin: [S, Dh]; channel 2j pairs with 2j + 1
     heads, width = x.shape[1], x.shape[2]
