@@ -1,7 +1,7 @@
 """Running recorded pi0.5 cases: the `parity` command, bundle reference records, `bundle verify`.
 
-Two record layouts (a folder with cases.npz; formats in test/data/pi05_tiny/README-less config.json
-and test/data/pi05_tiny_checkpoint/README.md):
+Two record layouts, each a folder with cases.npz (the reference records of test/data; the pipeline
+layout is described in test/data/pi05_tiny_checkpoint/README.md):
 
 model record     config.json + model.safetensors + cases.npz with, per case k, `case{k}_images`
                  (model order, [0, 1]), `_image_masks`, `_tokens`, `_token_mask`, `_noise` and
