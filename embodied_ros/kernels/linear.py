@@ -9,7 +9,7 @@
                        - numba, N <= FUSED_MAX_ROWS rows (q8_0, q4_k): a fused kernel, parallel
                          over output features, that dequantizes each weight once into a buffer in
                          cache and multiplies it into every row;
-                       - numba, more rows (and bf16): up to 64 MiB of weight rows at a time
+                       - numba, more rows (and bf16): up to 256 MiB of weight rows at a time
                          dequantized into a per-thread float32 scratch buffer, multiplied by BLAS
                          (past ~64 rows BLAS is faster than any loop numba compiles, and the
                          dequantization is a small fraction of the product).
@@ -30,8 +30,9 @@ from embodied_ros.kernels.registry import kernel, reference
 
 FUSED_MAX_ROWS = 64  # above this, chunked dequantize + BLAS is faster (measured on dim 3072 x 14336)
 _TILE = 4  # output features per fused task, and rows of x per register block
-_CHUNK_BYTES = 64 << 20  # float32 bytes of weight rows dequantized at a time: few, large chunks, since
-                         # each is one parallel region, and those cost a scheduler tick on a busy machine
+_CHUNK_BYTES = 256 << 20  # float32 bytes of weight rows dequantized at a time. Every matrix of
+                          # pi0.5 and Wan fits in one chunk: one parallel region and one BLAS call per
+                          # product (alternating numba and BLAS thread pools costs more than memory).
 _local = threading.local()
 _FAST = {"reassoc", "contract", "nnan", "ninf", "nsz"}
 
