@@ -107,6 +107,15 @@ def test_reference_record_round_trip(toy):
     assert record.expected["y"].shape == (3, 6)
 
 
+def test_statistics_of_dotted_quantities(tmp_path):
+    writer = BundleWriter(ARCH)
+    writer.set_stats({"observation.state": {"q01": np.zeros(2)}})
+    stats = open_bundle(writer.write(tmp_path / "s.gguf")).stats
+    assert list(stats) == ["observation.state"] and list(stats["observation.state"]) == ["q01"]
+    with pytest.raises(ValueError, match="without dots"):
+        writer.set_stats({"state": {"q.01": np.zeros(2)}})
+
+
 def test_without_optional_parts(tmp_path):
     writer = BundleWriter("bare")
     writer.add_weight("w.x", np.ones((2, 2), np.float32))

@@ -55,6 +55,8 @@ def test_q4_k_refuses_what_it_cannot_store():
         encode_q4_k(np.ones((2, 96), np.float32))
     with pytest.raises(ValueError, match="NaN"):
         encode_q4_k(np.full((1, 256), np.nan, np.float32))
+    with pytest.raises(ValueError, match="NaN"):
+        quantize(np.full((1, 32), np.inf, np.float32), "q8_0")
     with pytest.raises(ValueError, match="too large"):
         encode_q4_k(np.linspace(-1e9, 1e9, 256, dtype=np.float32)[None])
 

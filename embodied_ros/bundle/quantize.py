@@ -49,6 +49,8 @@ def quantize(weights: np.ndarray, qtype: str) -> np.ndarray | QuantTensor:
         raise ValueError(f"cannot store shape {weights.shape} as {qtype}: the last dimension must be a "
                          f"multiple of {block}")
     weights = np.ascontiguousarray(weights, dtype=np.float32)
+    if not np.all(np.isfinite(weights)):
+        raise ValueError(f"cannot store weights containing NaN or infinity as {qtype}")
     if qtype == "q4_k":
         return encode_q4_k(weights)
     ggml_type = gguf.GGMLQuantizationType.Q8_0 if qtype == "q8_0" else gguf.GGMLQuantizationType.BF16

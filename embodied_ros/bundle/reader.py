@@ -160,7 +160,7 @@ class Bundle:
         result: dict[str, dict[str, np.ndarray]] = {}
         for name in self._extents:
             if name.startswith(layout.PREFIX_STATS):
-                quantity, _, statistic = name[len(layout.PREFIX_STATS):].partition(".")
+                quantity, _, statistic = name[len(layout.PREFIX_STATS):].rpartition(".")
                 result.setdefault(quantity, {})[statistic] = self.raw(name)
         return result
 

@@ -115,6 +115,9 @@ class BundleWriter:
         self._other = {k: v for k, v in self._other.items() if not k.startswith(layout.PREFIX_STATS)}
         for quantity, values in stats.items():
             for statistic, array in values.items():
+                if not quantity or not statistic or "." in statistic:
+                    raise ValueError(f"statistics {quantity!r}/{statistic!r}: names must be non-empty and the "
+                                     "statistic's without dots (e.g. 'state'/'q01')")
                 name = f"{layout.PREFIX_STATS}{quantity}.{statistic}"
                 array = np.ascontiguousarray(array, dtype=np.float32)
                 self._other[name] = _Entry(name, array.reshape(array.shape or (1,)), "f32")
