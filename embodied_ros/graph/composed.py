@@ -76,9 +76,10 @@ class ComposedGraph:
             raise RuntimeError(f"graph nodes failed to start: {failed} (their log says why)")
 
     def stop(self) -> None:
-        for node in reversed(list(self.nodes.values())):
-            if getattr(node, "active", False):
-                node.trigger_deactivate()
+        if self.context.ok():  # after Ctrl-C the context is gone and so are transitions
+            for node in reversed(list(self.nodes.values())):
+                if node.active:
+                    node.trigger_deactivate()
         for spinner in self._spinners:
             spinner.stop()
         for node in self.nodes.values():

@@ -13,7 +13,7 @@ import traceback
 
 import rclpy.logging
 
-from rclpy.executors import Executor
+from rclpy.executors import Executor, ExternalShutdownException
 
 
 class SpinThread:
@@ -37,6 +37,8 @@ class SpinThread:
         while self._running and self.executor.context.ok():
             try:
                 self.executor.spin_once(timeout_sec=0.05)
+            except ExternalShutdownException:
+                return  # the context was shut down (Ctrl-C): nothing more to spin
             except Exception:  # a callback's bug must not silently stop every node on this thread
                 self._logger.error(f"callback failed on {self._thread.name}:\n{traceback.format_exc()}",
                                    throttle_duration_sec=5.0)

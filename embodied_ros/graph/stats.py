@@ -38,10 +38,10 @@ class StageStats:
             self.total_runs += 1
             self.problem, self.level = "", DiagnosticStatus.OK
 
-    def record_skip(self, reason: str) -> None:
+    def record_skip(self, reason: str, level: bytes = DiagnosticStatus.WARN) -> None:
         with self._lock:
             self.skipped += 1
-            self.problem, self.level = reason, DiagnosticStatus.WARN
+            self.problem, self.level = reason, level
 
     def record_error(self, reason: str) -> None:
         with self._lock:

@@ -73,10 +73,7 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "
                  f"{time.monotonic() - started:.1f} s; running for {duration_s:.0f} s")
         started = time.monotonic()
-        try:
-            first_chunk_s = _watch(monitor, graph, duration_s, summary_period_s, started, print_fn)
-        except KeyboardInterrupt:
-            pass
+        first_chunk_s = _watch(monitor, graph, duration_s, summary_period_s, started, print_fn)
         ran_s = time.monotonic() - started
         exited = graph.exited() if isinstance(graph, SeparateGraph) else {}
     finally:
@@ -104,11 +101,16 @@ def _start_graph(config, runtime, context, namespace, remaps, domain_id):
 
 def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, started: float,
            print_fn: Callable[[str], None]) -> float | None:
+    """Print the live summary until the duration is over, Ctrl-C, or a node process ends; the time
+    from start to the first action chunk (None if none came)."""
     first_chunk_s = None
     end = time.monotonic() + duration_s if duration_s > 0 else float("inf")
     next_print = time.monotonic() + period_s
     while time.monotonic() < end:
-        time.sleep(0.05)
+        try:
+            time.sleep(0.05)
+        except KeyboardInterrupt:
+            break
         if first_chunk_s is None and "action" in monitor.runs:
             first_chunk_s = time.monotonic() - started
         if isinstance(graph, SeparateGraph) and graph.exited():

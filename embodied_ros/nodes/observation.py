@@ -152,8 +152,7 @@ class ObservationNode(GraphNode):
         self.stats.record_run(time.monotonic_ns(), compute_ms, staleness_ms)
 
     def _refuse(self, reason: str, step: int, now_ns: int) -> None:
-        self.stats.record_skip(reason)
-        self.stats.level = DiagnosticStatus.ERROR
+        self.stats.record_skip(reason, DiagnosticStatus.ERROR)
         self.get_logger().warning(f"holding: {reason}", throttle_duration_sec=2.0)
         self._publish_status(reason, step, now_ns)
         if self.lockstep:
