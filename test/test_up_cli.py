@@ -32,3 +32,26 @@ def test_up_runs_and_reports(tmp_path_factory, tmp_path, layout):
     commands = report["commands"]
     assert commands["commands"] > 50 and 25 < commands["rate_hz"] < 75
     assert 0 <= commands["tick_period_error_ms_p50"] <= commands["tick_period_error_ms_p99"]
+
+
+def test_ctrl_c_stops_up_cleanly_with_its_report(tmp_path_factory, tmp_path):
+    import signal
+    import time
+
+    bundle = pi05_bundle(tmp_path_factory)
+    command = [sys.executable, "-m", "embodied_ros.cli.main", "up", "--bundle", str(bundle), "--duration", "0",
+               "--domain-id", str(next_domain())]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path,
+                               env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        lines = []
+        while not any("| cmd " in line for line in lines) and time.monotonic() < deadline:
+            lines.append(process.stdout.readline())  # runs until the first live summary line
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0
+    assert "period error p50/p99" in out
