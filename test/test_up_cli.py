@@ -47,7 +47,7 @@ def test_ctrl_c_stops_up_cleanly_with_its_report(tmp_path_factory, tmp_path):
     try:
         deadline = time.monotonic() + 120
         lines = []
-        while not any("| cmd " in line for line in lines) and time.monotonic() < deadline:
+        while not any("| cmd " in line for line in lines) and time.monotonic() < deadline and process.poll() is None:
             lines.append(process.stdout.readline())  # runs until the first live summary line
         process.send_signal(signal.SIGINT)
         out, _ = process.communicate(timeout=30)
