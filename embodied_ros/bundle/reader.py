@@ -221,7 +221,8 @@ class Bundle:
 
     def _number(self, key: str, vtype: GGUFValueType) -> int:
         if self._field_type(key) != vtype:
-            raise BundleFormatError(f"{self.path}: not an embodied_ros bundle: key {key!r} is missing or not {vtype.name}")
+            raise BundleFormatError(f"{self.path}: not an embodied_ros bundle: key {key!r} is missing or "
+                                    f"not {vtype.name}")
         return self.value(key)
 
     def _reference_array(self, name: str, kind: str, key: str) -> np.ndarray:

@@ -48,7 +48,8 @@ class _Entry:
 class _GGUFWriter(gguf.GGUFWriter):
     """gguf's writer, also able to store empty arrays (e.g. a config list with no items)."""
 
-    def _pack_val(self, val: Any, vtype: GGUFValueType, add_vtype: bool, sub_type: GGUFValueType | None = None) -> bytes:
+    def _pack_val(self, val: Any, vtype: GGUFValueType, add_vtype: bool,
+                  sub_type: GGUFValueType | None = None) -> bytes:
         if vtype == GGUFValueType.ARRAY and len(val) == 0:
             head = self._pack("I", vtype) if add_vtype else b""
             return head + self._pack("I", sub_type or GGUFValueType.INT64) + self._pack("Q", 0)
