@@ -122,9 +122,13 @@ class KernelSet:
             self.chosen[op] = chosen
 
     def compile(self) -> None:
-        """Run every compiled (non-numpy) implementation once on its first example."""
+        """Run every compiled (non-numpy) implementation on all of its op's examples.
+
+        All of them, not one: an op may dispatch to several compiled kernels by argument type
+        (a quantized `linear` has its own), and each must be compiled before a control step.
+        """
         rng = np.random.default_rng(0)
         for op, chosen in self.chosen.items():
             if chosen != "numpy":
-                args = _REFERENCES[op].examples(rng)[0]
-                _IMPLEMENTATIONS[op][chosen](*args)
+                for args in _REFERENCES[op].examples(rng):
+                    _IMPLEMENTATIONS[op][chosen](*args)
