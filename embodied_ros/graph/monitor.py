@@ -56,6 +56,12 @@ class GraphMonitor(Node):
                     if status.message.startswith("holding: "):
                         self.hold_reasons[_reason_kind(status.message[len("holding: "):])] += 1
 
+    def first_chunk_s(self, since_s: float) -> float | None:
+        """Seconds from `since_s` (monotonic) to the first action chunk's timing; None if none came."""
+        with self.lock:
+            runs = self.runs.get("action")
+            return max(0.0, runs[0][0] - since_s) if runs else None
+
     def stage_summary(self, since_s: float = 0.0) -> dict[str, dict[str, float]]:
         """Per stage: rate, compute and staleness percentiles of the runs after `since_s` (monotonic)."""
         summary = {}

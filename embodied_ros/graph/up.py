@@ -73,7 +73,10 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "
                  f"{time.monotonic() - started:.1f} s; running for {duration_s:.0f} s")
         started = time.monotonic()
-        first_chunk_s = _watch(monitor, graph, duration_s, summary_period_s, started, print_fn)
+        try:
+            first_chunk_s = _watch(monitor, graph, duration_s, summary_period_s, started, print_fn)
+        except KeyboardInterrupt:  # Ctrl-C outside the watch loop's sleep: still report
+            first_chunk_s = monitor.first_chunk_s(started)
         ran_s = time.monotonic() - started
         exited = graph.exited() if isinstance(graph, SeparateGraph) else {}
     finally:
@@ -103,7 +106,6 @@ def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, sta
            print_fn: Callable[[str], None]) -> float | None:
     """Print the live summary until the duration is over, Ctrl-C, or a node process ends; the time
     from start to the first action chunk (None if none came)."""
-    first_chunk_s = None
     end = time.monotonic() + duration_s if duration_s > 0 else float("inf")
     next_print = time.monotonic() + period_s
     while time.monotonic() < end:
@@ -111,15 +113,13 @@ def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, sta
             time.sleep(0.05)
         except KeyboardInterrupt:
             break
-        if first_chunk_s is None and "action" in monitor.runs:
-            first_chunk_s = time.monotonic() - started
         if isinstance(graph, SeparateGraph) and graph.exited():
             print_fn(f"node process(es) ended: {graph.exited()}")
             break
         if time.monotonic() >= next_print:
             next_print += period_s
             print_fn(live_line(monitor, time.monotonic() - started, window_s=max(period_s, 2.0)))
-    return first_chunk_s
+    return monitor.first_chunk_s(started)
 
 
 def live_line(monitor: GraphMonitor, elapsed_s: float, window_s: float) -> str:
