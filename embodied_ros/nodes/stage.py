@@ -24,7 +24,7 @@ from embodied_ros.nodes.runtime_cache import acquire_runtime
 
 
 class StageNode(GraphNode):
-    runs_on_unchanged_input = False  # the action head re-solves every step with fresh noise
+    runs_on_unchanged_input = False  # True: re-solve on unchanged input (the action head: new noise)
 
     def upstream_stages(self) -> tuple[str, ...]:
         """Stages whose outputs this one reads."""
@@ -118,6 +118,8 @@ class StageNode(GraphNode):
             result = self.compute(step, inputs)
         except Exception as error:  # a failing model call is reported; the node keeps serving
             return self._skip(step, now_ns, f"{type(error).__name__}: {error}", error=True)
+        if result is None:
+            return self._skip(step, now_ns, f"the runtime's {self.stage} stage returned nothing", error=True)
         compute_ms = (time.perf_counter() - started) * 1e3
         published_ns = now_ns if self.lockstep else self.now_ns()
         self.sequence += 1
