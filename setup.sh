@@ -102,7 +102,9 @@ if fresh package "$PKG_DIGEST" && [ -x "$VENV/bin/embodied-ros" ]; then
   echo "  up to date"
 else
   "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
-    --no-deps --no-build-isolation -e "$ROOT"
+    --no-deps --no-build-isolation -e "$ROOT" > "$ROOT/build/install-package.log" 2>&1 \
+    || { tail -n 30 "$ROOT/build/install-package.log" >&2; fail "installing the package failed (full log: build/install-package.log)"; }
+  echo "  installed; executables: $(cd "$VENV/bin" && echo embodied-ros*)"
   mark package "$PKG_DIGEST"
 fi
 (cd /tmp && "$VENV/bin/python" -c 'import embodied_ros.msg' ) \
