@@ -43,10 +43,12 @@ def test_colcon_build_and_install_space(tmp_path):
         "print(embodied_ros.__file__)\n"
         "print(get_package_share_directory('embodied_ros'))\n"
     )
-    # A fresh shell that sources the install space, as a user would; run outside the checkout so the
-    # source tree cannot be imported by accident.
+    # A fresh shell that sources the install space, as a user would; run in an empty folder so neither
+    # the source tree nor stray modules can be imported by accident.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     result = subprocess.run(
-        ["bash", "-c", f"source {tmp_path}/install/setup.bash && cd /tmp && python3 -c \"$CHECK\" "
+        ["bash", "-c", f"source {tmp_path}/install/setup.bash && cd {elsewhere} && python3 -c \"$CHECK\" "
                        f"&& {prefix}/lib/embodied_ros/embodied-ros --version"],
         env={**env, "CHECK": check, "PYTHONPATH": "", "AMENT_PREFIX_PATH": str(VENV)},
         capture_output=True, text=True, timeout=120,

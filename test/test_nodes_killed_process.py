@@ -43,12 +43,13 @@ def test_killed_prefix_process(separate_graph):
     processes, outside = separate_graph
     probe = outside.probe
     wait_for(lambda: streaming_since(probe, 0), 90, "the controller to stream (node processes starting)")
+    wait_for(lambda: probe.chunk_ends, 30, "the probe to receive action chunks")
 
     killed_ns = outside.now_ns()
     processes.kill("prefix")
-    wait_for(lambda: probe.first_controller_state(lambda m: m.startswith("holding: action chunk ran out"),
-                                                  killed_ns) is not None, 10, "the controller to hold")
-    hold_ns, _ = probe.first_controller_state(lambda m: m.startswith("holding"), killed_ns)
+    chunk_ran_out = lambda message: message.startswith("holding: action chunk ran out")  # noqa: E731
+    wait_for(lambda: probe.first_controller_state(chunk_ran_out, killed_ns) is not None, 10, "the controller to hold")
+    hold_ns, _ = probe.first_controller_state(chunk_ran_out, killed_ns)
     last_end_ns = max(end for arrival, end in probe.chunk_ends if arrival <= hold_ns)
     print(f"last chunk ran out -> controller hold in {(hold_ns - last_end_ns) / 1e6:.1f} ms")
     assert hold_ns - last_end_ns <= STEP_S * 1e9, "the hold came more than one control period late"
