@@ -220,20 +220,27 @@ def main(argv=None) -> int:
     print(table)
     best = {q: min(wall[q]) for q in TYPES}
     context = "cached, computed once outside the timed calls" if args.cached_context else "included"
+    grid = grid_for(args.tokens)
+    origin = ("; LingBot-VA RoboTwin: 3 cameras 256x320 -> 8x10 tokens each per latent frame, 4 latent frames"
+              if args.tokens == 960 else "")
+    if torch_result:
+        torch_line = "PyTorch measured in the same run, right after, with the same thread count."
+    elif args.cached_context:
+        torch_line = "No PyTorch run: diffusers' block always projects the context K/V."
+    else:
+        torch_line = torch_note or "No PyTorch run (--no-torch)."
     body = "\n".join([
         f"One Wan2.2-TI2V-5B block (dim {cfg.dim} = {cfg.num_heads} x {cfg.head_dim}, FFN {cfg.ffn_dim}), "
-        f"{args.tokens} latent tokens (grid f,h,w = {grid_for(args.tokens)}; 960 = LingBot-VA RoboTwin, 3 cameras "
-        f"256x320 -> 8x10 tokens each per latent frame, 4 latent frames), {args.text_tokens} text tokens, per-token "
+        f"{args.tokens} latent tokens (grid f,h,w = {grid}{origin}), {args.text_tokens} text tokens, per-token "
         f"time embedding, batch 1, {args.threads} thread(s); {flops / 1e9:.1f} GFLOP per call (context K/V "
         f"{context}). Random weights, each type read from a blocks-only bundle written with it (matrices in that "
         f"type; biases, norms and the modulation table F32). Runs of the three types interleaved, {args.repeats} "
-        f"each after a warm-up; PyTorch measured in the same run, right after. Ratios use each type's best run "
-        f"(other processes on a shared machine only add time); CPU ms is this process's CPU time per call.",
+        f"each after a warm-up. {torch_line} Ratios use each type's best run (other processes on a shared machine "
+        f"only add time); CPU ms is this process's CPU time per call.",
         "", table, "",
         f"Q4_K block: {memory['q4_k']:.2f} MiB (budget 88.1 MiB; BF16 {memory['bf16']:.2f} MiB). Latency, best "
         f"run: Q4_K / F32 {best['q4_k'] / best['f32']:.3f}, Q8_0 / F32 {best['q8_0'] / best['f32']:.3f}. Output "
-        f"relative RMS error vs the F32 block: Q8_0 {errors['q8_0']:.2e}, Q4_K {errors['q4_k']:.2e}.",
-        *([torch_note] if torch_note else [])])
+        f"relative RMS error vs the F32 block: Q8_0 {errors['q8_0']:.2e}, Q4_K {errors['q4_k']:.2e}."])
     if not args.no_write:
         common.write_section(common.BENCHMARKS_MD, args.section, body, command=common.command_line(),
                              machine=common.machine_line(machine))
