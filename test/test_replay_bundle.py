@@ -40,7 +40,7 @@ def config():
 
 @pytest.fixture(scope="module")
 def runtime(config):
-    return acquire_runtime(config.bundle, config.backend)
+    return acquire_runtime(config)
 
 
 @pytest.fixture(scope="module")

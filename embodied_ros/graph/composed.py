@@ -52,7 +52,7 @@ class ComposedGraph:
 
     def start(self) -> None:
         """Create, configure and activate every node; RuntimeError names the nodes that failed."""
-        runtime = self.runtime or acquire_runtime(self.config.bundle, self.config.backend)
+        runtime = self.runtime or acquire_runtime(self.config)
         store = ResultStore(self.config.transport.keep_last)
         parameters = node_parameters(self.config)
         for name in graph_nodes(runtime.spec.has_world_model):

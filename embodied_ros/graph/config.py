@@ -142,10 +142,21 @@ class SyntheticConfig:
 
 
 @dataclass(frozen=True)
+class ComputeConfig:
+    blas_threads: int = _doc("threads of the BLAS library in each graph process (0: the library's default). Stages "
+                             "compute in parallel threads, so one BLAS thread each keeps them from fighting over "
+                             "the cores and from delaying the command stream", 1)
+
+    def __post_init__(self) -> None:
+        _check(self.blas_threads >= 0, f"compute.blas_threads must be >= 0, got {self.blas_threads}")
+
+
+@dataclass(frozen=True)
 class GraphConfig:
     bundle: str = _doc("model bundle file (relative paths are taken from the config file's folder)", "")
     backend: str = _doc("kernel backend: numba (CPU), numpy (reference, slow) or cuda", "numba")
     layout: str = _doc("composed: all nodes in one process; separate: one process per node", "composed")
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     inputs: InputsConfig = field(default_factory=InputsConfig)
     stages: StagesConfig = field(default_factory=StagesConfig)

@@ -101,7 +101,7 @@ class LockstepGraph:
         self.close()
 
     def start(self) -> None:
-        runtime = self.runtime or acquire_runtime(self.config.bundle, self.config.backend)
+        runtime = self.runtime or acquire_runtime(self.config)
         self.spec = runtime.spec
         self.node_names = graph_nodes(self.spec.has_world_model)
         self.cameras = self.config.inputs.cameras or self.spec.camera_names

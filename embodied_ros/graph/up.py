@@ -47,7 +47,7 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
            print_fn: Callable[[str], None] = print, runtime: Runtime | None = None) -> UpReport:
     """Run the graph for `duration_s` seconds (after start-up) and report; Ctrl-C ends it early.
     `runtime`: an already loaded runtime for a composed graph (default: load the config's bundle)."""
-    runtime = runtime or acquire_runtime(config.bundle, config.backend)
+    runtime = runtime or acquire_runtime(config)
     spec = runtime.spec
     # with separate processes this process talks to the nodes over their transports
     with using_dds_environment() if config.layout == "separate" else contextlib.nullcontext():

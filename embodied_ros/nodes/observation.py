@@ -34,7 +34,7 @@ class ObservationNode(GraphNode):
     stage = "observation"
 
     def setup(self) -> None:
-        spec = (self.injected_runtime or acquire_runtime(self.config.bundle, self.config.backend)).spec
+        spec = (self.injected_runtime or acquire_runtime(self.config)).spec
         inputs = self.config.inputs
         self.cameras = inputs.cameras or spec.camera_names
         unknown = [c for c in self.cameras if c not in spec.camera_names]

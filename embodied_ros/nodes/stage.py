@@ -45,7 +45,7 @@ class StageNode(GraphNode):
     # ---------------------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        self.runtime = self.injected_runtime or acquire_runtime(self.config.bundle, self.config.backend)
+        self.runtime = self.injected_runtime or acquire_runtime(self.config)
         self.spec = self.runtime.spec
         schedule = self.config.schedule
         self.period = schedule.period_of(self.stage)

@@ -138,7 +138,7 @@ def probe_inputs(config, spec=None) -> tuple[dict[str, tuple[int, int]], tuple[s
     if spec is None:
         from embodied_ros.nodes.runtime_cache import acquire_runtime
 
-        spec = acquire_runtime(config.bundle, config.backend).spec
+        spec = acquire_runtime(config).spec
     cameras = {name: tuple(spec.image_size) for name in (config.inputs.cameras or spec.camera_names)}
     state = tuple(config.inputs.state_joints or spec.state_names)
     commanded = tuple(config.controller.joints or spec.action_names)
