@@ -1,7 +1,8 @@
 """`embodied-ros bundle {convert,inspect,verify}`: make, read and check model bundles.
 
-convert SOURCE OUT [--quant PLAN] [--reference DIR] [--arch ARCH]
-    The model family whose converter recognizes SOURCE (or --arch) writes the bundle OUT.
+convert SOURCE OUT [--quant PLAN] [--reference DIR] [--arch ARCH] [--set KEY=VALUE ...] [--tokenizer FILE]
+    The model family whose converter recognizes SOURCE (or --arch) writes the bundle OUT. --set gives
+    what the checkpoint cannot tell (head counts at unusual widths, joint names, action period).
     PLAN: "q4_k", or per weight group "vision=f32,lm=q8_0,expert=q4_k" (see bundle/plan.py).
 inspect BUNDLE [--tensors] [--no-digest]
     Architecture, format, config, weight types and sizes (per group), stats, tokenizer,
@@ -16,6 +17,7 @@ verify BUNDLE [--backend numba|numpy] [--integrity-only]
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from pathlib import Path
 
@@ -34,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     convert.add_argument("--reference", type=Path, metavar="DIR",
                          help="folder of recorded reference cases to store as the bundle's reference record")
     convert.add_argument("--arch", help="model family to use instead of detecting it from SOURCE")
+    convert.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                         help="a setting the checkpoint does not carry, e.g. vision.num_heads=16, "
+                              "action_period_s=0.05, state_names=[shoulder,elbow] (repeatable; values are YAML)")
+    convert.add_argument("--tokenizer", type=Path, metavar="FILE",
+                         help="SentencePiece model to carry in the bundle when the checkpoint only names one")
     convert.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     inspect = actions.add_parser("inspect", help="print a summary of a bundle")
@@ -60,7 +67,12 @@ def _convert(args) -> int:
     try:
         plan = QuantPlan.parse(args.quant)
         arch = args.arch or families.detect_family(args.source)
-        families.converter(arch).convert(args.source, args.output, plan, args.reference, not args.no_progress)
+        overrides = _overrides(args.overrides, args.tokenizer)
+        extra = {"overrides": overrides} if overrides else {}
+        converter = families.converter(arch)
+        if extra and "overrides" not in inspect.signature(converter.convert).parameters:
+            raise ValueError(f"the {arch} converter takes no --set or --tokenizer settings")
+        converter.convert(args.source, args.output, plan, args.reference, not args.no_progress, **extra)
         bundle = open_bundle(args.output, architecture=arch)
     except (ValueError, OSError) as problem:  # ValueError includes BundleError
         print(f"bundle convert: {problem}", file=sys.stderr)
@@ -69,6 +81,20 @@ def _convert(args) -> int:
     print(f"wrote {args.output}: {bundle.architecture}, {len(bundle.weight_names)} weights, "
           f"{weights / 2 ** 20:.2f} MiB of weights, plan {bundle.quant_plan}")
     return 0
+
+
+def _overrides(pairs: list[str], tokenizer: Path | None) -> dict:
+    import yaml
+
+    overrides = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {pair!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
+    if tokenizer is not None:
+        overrides["tokenizer"] = str(tokenizer)
+    return overrides
 
 
 def _inspect(args) -> int:

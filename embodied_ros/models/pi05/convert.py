@@ -16,7 +16,9 @@ from a `cases.json` "model_dims" next to the checkpoint or in the reference fold
 variant the config names: gemma_2b / gemma_300m have 8 query heads at any width (LeRobot builds
 pi0.5 that way), SigLIP so400m 16 heads when the width is its 1152. A count that none of these
 gives is an error naming the override to pass. State joint names come from `overrides` or that
-cases.json ("state_names"), else state_0, state_1, ...
+cases.json ("state_names"), else state_0, state_1, ... A real LeRobot save names its tokenizer
+(google/paligemma-3b-pt-224) without carrying it: pass the SentencePiece model file as the
+`tokenizer` override (`--tokenizer FILE`), or put it beside the checkpoint as tokenizer.model.
 """
 
 from __future__ import annotations
@@ -67,9 +69,17 @@ def detect(source: Path) -> bool:
     return config.get("type") == "pi05" or {"vision", "language_model", "expert"} <= set(config)
 
 
+# What `overrides` may set (`embodied-ros bundle convert --set KEY=VALUE`, --tokenizer FILE).
+OVERRIDE_KEYS = frozenset({f"{part}.{key}" for part in ("lm", "expert") for key in ("num_heads", "head_dim")}
+                          | {"vision.num_heads", "state_names", "action_period_s", "tokenizer"})
+
+
 def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
                     reference: Path | None = None) -> Checkpoint:
     source = Path(source)
+    unknown = sorted(set(overrides or {}) - OVERRIDE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown pi0.5 conversion setting(s) {unknown}; known: {sorted(OVERRIDE_KEYS)}")
     if not detect(source):
         raise ValueError(f"{source}: not a pi0.5 checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot pi05 policy or a reference record)")
@@ -85,7 +95,9 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         stats = {}
     weights = stack_projections(weights)
     check_weights(weights, config)
-    tokenizer_path = source / TOKENIZER_FILE
+    tokenizer_path = Path((overrides or {}).get("tokenizer") or source / TOKENIZER_FILE)
+    if (overrides or {}).get("tokenizer") and not tokenizer_path.is_file():
+        raise ValueError(f"tokenizer model {tokenizer_path} does not exist")
     tokenizer = tokenizer_path.read_bytes() if tokenizer_path.is_file() else None
     return Checkpoint(config, weights, stats, tokenizer, str(source))
 
