@@ -1,6 +1,7 @@
 """Lock-step acceptance with a real world-action runtime: over 12 steps with perception every 2
 and prediction every 3, each stage runs exactly on its steps, the action head uses the latest
-prediction, and two runs give identical chunks and commands."""
+prediction, both stochastic stages take the graph's noise (so the graph equals direct calls), and
+two runs give identical chunks and commands."""
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from embodied_ros.graph.config import load_config
 from embodied_ros.graph.lockstep import LockstepGraph
 from embodied_ros.graph.noise import stage_noise
-from embodied_ros.pipeline.stages import load_runtime
+from embodied_ros.pipeline.stages import infer, load_runtime
 from embodied_ros.pipeline.types import Observation
 from graph_bundles import world_action_bundle
 from graph_harness import next_domain
@@ -55,9 +56,17 @@ def _direct_chunks(runtime, episode, stamps):
             embeddings = runtime.encode(observation)
         prefix = runtime.build_prefix(embeddings, observation)
         if step % 3 == 0:
-            world = runtime.predict_world(prefix)
-        chunks.append(runtime.act(prefix, world, stage_noise(SEED, "action", step, runtime.spec.noise_shape)))
+            world = runtime.predict_world(prefix, _world_noise(runtime, step))
+        chunks.append(runtime.act(prefix, world, _action_noise(runtime, step)))
     return chunks
+
+
+def _action_noise(runtime, step):
+    return stage_noise(SEED, "action", step, runtime.spec.noise_shape)
+
+
+def _world_noise(runtime, step):
+    return stage_noise(SEED, "world", step, runtime.spec.world_noise_shape)
 
 
 def test_each_stage_runs_exactly_on_its_steps(first_run):
@@ -75,6 +84,17 @@ def test_action_head_uses_the_latest_prediction(first_run, runtime, episode):
     for output, chunk in zip(first_run, expected):
         np.testing.assert_allclose(output.chunk.actions, chunk.actions, atol=1e-5, rtol=0,
                                    err_msg=f"step {output.step}")
+
+
+def test_first_step_equals_direct_infer_with_the_graph_noises(first_run, runtime, episode):
+    """Every stage runs at step 0: the chunk is `infer` on that observation with both stage noises
+    (the runtime's own draw, seeded by the observation stamp, would give another prediction)."""
+    images, state = episode[0]
+    observation = Observation(first_run[0].stamp_ns, images, state, INSTRUCTION)
+    direct = infer(runtime, observation, _action_noise(runtime, 0), _world_noise(runtime, 0))
+    np.testing.assert_allclose(first_run[0].chunk.actions, direct.actions, atol=1e-5, rtol=0)
+    stamp_seeded = infer(runtime, observation, _action_noise(runtime, 0))
+    assert not np.allclose(stamp_seeded.actions, direct.actions, atol=1e-5, rtol=0)
 
 
 def test_two_runs_give_identical_chunks_and_commands(first_run, config, runtime, episode):

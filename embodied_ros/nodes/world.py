@@ -1,5 +1,8 @@
 """World predictor node: a world-action model's predictive module over the newest prefix.
 
+Its initial noise comes from `graph/noise.py: stage_noise(seed, "world", step, shape)`, as the
+action head's does, so a lock-step run equals `pipeline.stages.infer` given the same noises.
+
 With a model that has no world model (pi0.5) the node configures and activates but stays idle
 and says so on /diagnostics; the action head then reads the prefix alone. Graphs started by
 `embodied-ros up` leave it out for such models.
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 from diagnostic_msgs.msg import DiagnosticStatus
 
+from embodied_ros.graph.noise import stage_noise
 from embodied_ros.nodes.stage import StageNode
 
 
@@ -29,7 +33,10 @@ class WorldNode(StageNode):
             super().on_step(step)
 
     def compute(self, step, inputs):
-        return self.runtime.predict_world(inputs["prefix"])
+        shape = self.spec.world_noise_shape
+        noise_index = step if self.lockstep else self.sequence + 1
+        noise = None if shape is None else stage_noise(self.config.stages.noise_seed, "world", noise_index, shape)
+        return self.runtime.predict_world(inputs["prefix"], noise)
 
     def diagnostic_status(self) -> DiagnosticStatus:
         status = super().diagnostic_status()

@@ -37,6 +37,7 @@ class ModelSpec:
     chunk_size: int
     action_period_s: float
     noise_shape: tuple[int, ...]  # shape of the initial noise `act` takes
+    world_noise_shape: tuple[int, ...] | None  # shape of the noise `predict_world` takes; None without a world model
     has_world_model: bool
 
 

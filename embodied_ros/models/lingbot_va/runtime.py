@@ -58,7 +58,8 @@ class LingbotVARuntime:
         self.spec = ModelSpec(
             architecture=ARCHITECTURE, camera_names=cfg.camera_names, image_size=cfg.image_size,
             state_names=cfg.state_names, action_names=cfg.action_names, chunk_size=cfg.chunk_size,
-            action_period_s=cfg.action_period_s, noise_shape=(cfg.chunk_size, cfg.action_dim), has_world_model=True)
+            action_period_s=cfg.action_period_s, noise_shape=(cfg.chunk_size, cfg.action_dim),
+            world_noise_shape=tuple(cfg.world_noise_shape), has_world_model=True)
         self._action_rope = tf.action_rope(cfg)
 
     @property

@@ -46,7 +46,7 @@ class Pi05Runtime:
             architecture="pi05", camera_names=config.camera_names, image_size=(size, size),
             state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
             action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
-            has_world_model=False)
+            world_noise_shape=None, has_world_model=False)
 
     @classmethod
     def from_parts(cls, config: Pi05Config, weights: Mapping[str, Any], tokenizer_model: bytes | None = None,
