@@ -7,6 +7,8 @@ A kernel compiled by numba takes its arguments flattened into scalar parameters:
 `pack_arguments` lays them out as a C struct (each parameter at an offset aligned to its size), which
 is what cuLaunchKernel reads from a CU_LAUNCH_PARAM_BUFFER_POINTER buffer. `entry_params` reads the
 parameter list of a PTX entry so tests can check that both agree for every kernel.
+Kernels written in CUDA C (kernels/*.cu) take plain scalars and pointers: `pack_params` lays out such
+a list the same way, and `module_entries` reads every entry of their PTX.
 """
 
 from __future__ import annotations
@@ -126,10 +128,18 @@ _PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.([fusb])(\d+)\s+[\w$]+(?:
 
 def entry_params(ptx: str) -> tuple[str, list[Param]]:
     """Name and parameters of the single kernel entry of a PTX module."""
-    entries = _ENTRY.findall(ptx)
+    entries = module_entries(ptx)
     if len(entries) != 1:
         raise ValueError(f"expected one .entry in the PTX, found {len(entries)}")
-    name, param_text = entries[0]
+    return next(iter(entries.items()))
+
+
+def module_entries(ptx: str) -> dict[str, list[Param]]:
+    """Every kernel entry of a PTX module: name -> parameters, in order."""
+    return {name: _params(param_text) for name, param_text in _ENTRY.findall(ptx)}
+
+
+def _params(param_text: str) -> list[Param]:
     params = []
     for declaration in filter(None, (part.strip() for part in param_text.split(","))):
         match = _PARAM.fullmatch(declaration)
@@ -139,7 +149,21 @@ def entry_params(ptx: str) -> tuple[str, list[Param]]:
         if count is not None:
             raise ValueError(f"PTX parameter {declaration!r} is an aggregate; numba passes scalars only")
         params.append(Param(_PTX_KINDS[kind], int(bits) // 8))
-    return name, params
+    return params
+
+
+_CODES = {("int", 4): "i", ("int", 8): "q", ("float", 4): "f", ("float", 8): "d"}
+
+
+def pack_params(params: Sequence[Param], values: Sequence[int | float]) -> bytes:
+    """The parameter buffer of a CUDA C kernel: each value (pointers as integers) at its aligned offset."""
+    if len(values) != len(params):
+        raise TypeError(f"kernel takes {len(params)} parameters, got {len(values)}")
+    buffer = bytearray(param_offsets(params)[-1] + params[-1].size if params else 0)
+    for param, offset, value in zip(params, param_offsets(params), values):
+        struct.pack_into("<" + _CODES[(param.kind, param.size)], buffer, offset,
+                         float(value) if param.kind == "float" else int(value))
+    return bytes(buffer)
 
 
 def unpack_arguments(params: Sequence[Param], buffer: bytes) -> list[int | float]:

@@ -3,10 +3,12 @@
 Imported on the first GPU call (`_cuda_runtime.gpu()`), never by the registry. A `GpuDevice` holds
 the primary context of one GPU, a memory pool, and the kernels loaded so far: each kernel's PTX for
 this GPU's compute capability (`CudaKernel.ptx`) is loaded with `module_from_buffer` (the driver
-JIT-compiles it) and launched with a parameter buffer in numba's kernel ABI (`_cuda_abi`). Launches
-go to the default stream, so copies back to the host wait for them. A CUDA context is current per
-thread: every call makes the GPU's primary context current in the calling thread first, so ops may
-run in any thread (e.g. inference beside the ROS executor).
+JIT-compiles it) and launched with a parameter buffer in numba's kernel ABI (`_cuda_abi`). Kernels
+written in CUDA C (`_cuda_gemm.NativeKernel`) come as a fatbin that nvcc built for this GPU, loaded
+the same way, and take a buffer of plain C parameters. Launches go to the default stream, so copies
+back to the host wait for them. A CUDA context is current per thread: every call makes the GPU's
+primary context current in the calling thread first, so ops may run in any thread (e.g. inference
+beside the ROS executor).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class GpuDevice:
         self._pool = driver.DeviceMemoryPool()
         self._functions: dict[int, object] = {}
         self._modules: list[object] = []
+        self._native_modules: dict[str, object] = {}  # CUDA C source file -> loaded fatbin
 
     def _make_current(self) -> None:
         if not getattr(self._threads, "current", False):
@@ -122,6 +125,38 @@ class GpuDevice:
             function = module.get_function(name)
             function.prepare([f"{buffer_size(kernel.arg_types)}s"])  # one argument: the packed buffer, as bytes
             self._modules.append(module)  # loaded for the life of the device
+            self._functions[id(kernel)] = function
+        return function
+
+    def launch_native(self, kernel, grid, block, buffer: bytes, shared_bytes: int = 0) -> None:
+        """Run an entry of a CUDA C module (`_cuda_gemm.NativeKernel`); buffer: its packed parameters."""
+        if int(np.prod(_dim3(block))) > kernel.threads:
+            raise ValueError(f"{kernel.name} is built for blocks of at most {kernel.threads} threads, got {block}")
+        self._make_current()
+        self._native_function(kernel).prepared_call(_dim3(grid), _dim3(block), buffer, shared_size=shared_bytes)
+
+    def load_native(self, kernels: list) -> None:
+        """Build (nvcc, on first use) and load CUDA C kernels now."""
+        self._make_current()
+        for kernel in kernels:
+            self._native_function(kernel)
+
+    def _native_function(self, kernel):
+        function = self._functions.get(id(kernel))
+        if function is None:
+            module = self._native_modules.get(kernel.source)
+            if module is None:
+                image = kernel.image(self.compute_capability)
+                try:
+                    module = driver.module_from_buffer(image)
+                except driver.Error as error:
+                    major, minor = divmod(self.driver_version // 10, 100)
+                    raise RuntimeError(f"the CUDA driver (CUDA {major}.{minor}) could not load {kernel.source} as "
+                                       f"built for sm_{self.compute_capability[0]}{self.compute_capability[1]}: "
+                                       f"{error}") from error
+                self._native_modules[kernel.source] = module
+            function = module.get_function(kernel.entry)
+            function.prepare([f"{kernel.buffer_size}s"])
             self._functions[id(kernel)] = function
         return function
 

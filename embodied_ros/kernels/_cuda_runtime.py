@@ -110,14 +110,22 @@ def gpu():
         return _gpu
 
 
-def prepare_gpu():
+def prepare_gpu(tensor_cores: bool | None = None):
     """Open the GPU and compile (or read from the PTX cache) and load every cuda kernel: call at start-up,
-    so that no op compiles inside a control step. Returns the `GpuDevice`."""
-    from embodied_ros.kernels import registry
+    so that no op compiles inside a control step. Returns the `GpuDevice`.
+
+    tensor_cores: also build and load the tensor-core products (kernels/gemm.cu): True requires them
+    (`TensorCoresUnavailable` if impossible), None loads them when the matmul precision is "bf16" (and
+    logs why not, if they cannot be), False leaves them to first use."""
+    from embodied_ros.kernels import _cuda_gemm, registry
     from embodied_ros.kernels._cuda_compile import all_kernels
     registry.ops()  # imports the kernel modules, which declare the kernels
     device = gpu()
     device.load(all_kernels())
+    if tensor_cores:
+        _cuda_gemm.require_tensor_cores(device)
+    elif tensor_cores is None and _cuda_gemm.matmul_precision() == "bf16":
+        _cuda_gemm.tensor_cores(device)
     return device
 
 

@@ -9,12 +9,16 @@ for the weight layouts). Weights stay in their stored form on the GPU (`to_devic
                       them to up to 8 rows at once; the rows' partial sums meet in shared memory
   more rows, or bf16  the weight is dequantized on the GPU into a temporary float32 matrix, then the
                       tiled product
+  bf16 precision      opt-in (`_cuda_gemm.use_matmul_precision("bf16")` or EMBODIED_ROS_CUDA_MATMUL=bf16):
+                      products of at least TENSOR_CORE_MIN_ROWS rows run on the tensor cores
+                      (kernels/gemm.cu); a bf16 weight is read as it is stored, others as float32
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from embodied_ros.kernels import _cuda_gemm
 from embodied_ros.kernels._cuda_compile import cuda, cuda_kernel, device_function
 from embodied_ros.kernels._cuda_device import block_sum_rows, half_to_float, rounded_product, signed_byte
 from embodied_ros.kernels._cuda_runtime import DeviceTensor, blocks_for, gpu, nothing, on_device, returned
@@ -228,7 +232,9 @@ def linear_cuda(x, weight, bias=None):
     y = gpu().empty((rows.shape[0], n_out), np.float32)
     if y.size:
         fused = {"q8_0": q8_0_linear, "q4_k": q4_k_linear}
-        if isinstance(weight, QuantTensor) and weight.qtype in fused and rows.shape[0] <= FUSED_MAX_ROWS:
+        if _on_tensor_cores(rows.shape[0]):
+            _cuda_gemm.multiply(gpu(), rows, _tensor_core_weight(weight), bias_d, y)
+        elif isinstance(weight, QuantTensor) and weight.qtype in fused and rows.shape[0] <= FUSED_MAX_ROWS:
             gpu().launch(fused[weight.qtype], (n_out,), (FUSED_THREADS,),
                          (rows, on_device(weight.data, "weight blocks", np.uint8), bias_d, y))
         else:
@@ -236,3 +242,15 @@ def linear_cuda(x, weight, bias=None):
             grid = (-(-n_out // TILE), -(-rows.shape[0] // TILE))
             gpu().launch(matmul_nt, grid, (16, 16), (rows, w, bias_d, y))
     return returned(y.reshape(*x.shape[:-1], n_out), x)
+
+
+def _on_tensor_cores(n_rows: int) -> bool:
+    return (n_rows >= _cuda_gemm.TENSOR_CORE_MIN_ROWS and _cuda_gemm.matmul_precision() == "bf16"
+            and _cuda_gemm.tensor_cores(gpu()))
+
+
+def _tensor_core_weight(weight) -> DeviceTensor:
+    """W for the tensor-core product: a bf16 weight's own blocks (uint8 [out, 2 * in]), else float32."""
+    if isinstance(weight, QuantTensor) and weight.qtype == "bf16":
+        return on_device(weight.data, "weight blocks", np.uint8)
+    return _dequantize_on_gpu(weight) if isinstance(weight, QuantTensor) else on_device(weight, "weight")
