@@ -1,5 +1,6 @@
 """Schedule arithmetic, lock-step readiness and the config's validation."""
 
+import numpy as np
 import pytest
 
 from embodied_ros.graph.config import GraphConfig, from_flat, load_config, to_parameters
@@ -131,7 +132,65 @@ def test_a_re_solving_stage_runs_at_once_on_new_input_and_on_its_timer_in_betwee
 
     # the action head (every step) over a prefix made every 2 steps
     trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"prefix": 200}, slack_ns=50, resolves=True)
-    assert trigger.timer_period_ns == 150  # re-solves when no new prefix came for a step and a half
-    trigger.ran(150)  # a timed re-solve on the old prefix
-    assert trigger.arrived("prefix", 200)  # the new prefix is used at once, not a step later
+    assert trigger.timer_period_ns == 100  # re-solves every step
+    assert trigger.arrived("prefix", 10)
+    trigger.ran(10)
+    assert trigger.timer_fired(110)  # step 1: no prefix due, re-solve on the old one
+    trigger.ran(110)
+    assert not trigger.timer_fired(200)  # step 2: the new prefix is due, leave the run to it
+    assert trigger.arrived("prefix", 212)  # the new prefix is used at once, not a step later
+    trigger.ran(212)
+    assert trigger.timer_fired(312)
     assert FreeRunTrigger(200, {"observation": 100}, slack_ns=50).timer_period_ns == 300
+
+
+def _simulate(trigger, arrivals, end_ns):
+    """Run times of a stage node driven by `trigger`: (time, upstream) arrivals in time order, and its
+    timer, restarted by every run (as `nodes/stage.py` does)."""
+    runs, next_fire, pending = [], trigger.timer_period_ns, list(arrivals)
+    while True:
+        if pending and pending[0][0] <= next_fire:
+            now, name = pending.pop(0)
+            run = trigger.arrived(name, now)
+        elif next_fire < end_ns:
+            now, run = next_fire, trigger.timer_fired(next_fire)
+            next_fire += trigger.timer_period_ns
+        else:
+            return runs
+        if run:
+            trigger.ran(now)
+            runs.append(now)
+            next_fire = now + trigger.timer_period_ns
+
+
+def test_action_head_runs_every_step_over_a_prefix_and_prediction_made_every_third_step():
+    from embodied_ros.graph.schedule import FreeRunTrigger
+
+    # lingbot_va.yaml: step 100, prefix and world every 3 steps (the world 8 after its prefix)
+    trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"prefix": 300, "world": 300}, slack_ns=50,
+                             resolves=True)
+    arrivals = sorted([(300 * k + 12, "prefix") for k in range(40)] + [(300 * k + 20, "world") for k in range(40)])
+    runs = _simulate(trigger, arrivals, end_ns=12_000)
+    steady = [t for t in runs if 1_000 <= t < 11_000]
+    assert len(steady) == 100, runs  # one run per step: 10 Hz with steps of 0.1 s
+    assert all(300 * k + 20 in runs for k in range(40))  # each new prediction is used when it arrives
+    assert all(300 * k + 12 not in runs for k in range(1, 40))  # a new prefix waits for its prediction
+    assert min(b - a for a, b in zip(steady, steady[1:])) >= 80
+
+
+def test_action_head_follows_a_jittery_prefix_made_every_step_without_extra_runs():
+    from embodied_ros.graph.schedule import FreeRunTrigger
+
+    trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"prefix": 100}, slack_ns=50, resolves=True)
+    jitter = np.random.default_rng(0).uniform(-30, 30, 60)
+    arrivals = [(int(100 * k + 40 + jitter[k]), "prefix") for k in range(60)]
+    runs = _simulate(trigger, arrivals, end_ns=6_000)
+    assert runs == [t for t, _ in arrivals]  # every prefix at once, and no timed re-solve in between
+
+
+def test_action_head_keeps_re_solving_every_step_when_its_upstream_falls_silent():
+    from embodied_ros.graph.schedule import FreeRunTrigger
+
+    trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"prefix": 100}, slack_ns=50, resolves=True)
+    runs = _simulate(trigger, [(100 * k + 40, "prefix") for k in range(10)], end_ns=3_000)
+    assert len([t for t in runs if 1_100 <= t < 3_000]) >= 18

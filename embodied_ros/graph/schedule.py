@@ -96,9 +96,10 @@ class FreeRunTrigger:
     lock-step. Timing is judged with half a step of slack: jittery arrivals still count.
 
     A stage that re-solves (the action head: new noise on the same prefix) runs at once whenever
-    new input arrives and on its timer when none has come for half a step more than its period;
-    the other stages' timer, a step longer than their period, only covers upstreams that fell
-    silent.
+    new input arrives, and in between on its timer, every period: on the steps where its upstreams
+    made nothing new it re-solves, and when new input is due within the slack it leaves the run to
+    that input (two runs close together would only delay the fresh one). The other stages' timer,
+    a step longer than their period, only covers upstreams that fell silent.
     """
 
     def __init__(self, period_ns: int, upstream_periods_ns: Mapping[str, int], slack_ns: int,
@@ -112,7 +113,7 @@ class FreeRunTrigger:
 
     @property
     def timer_period_ns(self) -> int:
-        return self.period_ns + (1 if self.resolves else 2) * self.slack_ns
+        return self.period_ns if self.resolves else self.period_ns + 2 * self.slack_ns
 
     def arrived(self, name: str, now_ns: int) -> bool:
         """An output of `name` arrived; True when the stage should run now."""
@@ -120,8 +121,27 @@ class FreeRunTrigger:
         awaited = any(self._expected(other, now_ns) for other in self.upstream_periods_ns if other != name)
         return not awaited and (self.resolves or self._spaced(now_ns))
 
+    def timer_fired(self, now_ns: int) -> bool:
+        """The stage's timer fired; True when the stage should run now on the inputs it has."""
+        if not self.resolves:
+            return True
+        due_ns = self.next_input_run_ns()
+        return due_ns is None or not due_ns - self.slack_ns <= now_ns <= due_ns + self.slack_ns
+
     def ran(self, now_ns: int) -> None:
         self._last_run_ns = now_ns
+
+    def next_input_run_ns(self) -> int | None:
+        """When arriving input will next make the stage run, if every upstream keeps its period: the
+        first upstream due whose arrival does not wait for another one due just after it. None
+        until every upstream has delivered once."""
+        if len(self._arrivals) < len(self.upstream_periods_ns):
+            return None
+        due = sorted((last + self.upstream_periods_ns[name], name) for name, last in self._arrivals.items())
+        for time_ns, name in due:
+            if not any(other_ns - self.slack_ns <= time_ns < other_ns for other_ns, other in due if other != name):
+                return time_ns
+        return due[-1][0]
 
     def _spaced(self, now_ns: int) -> bool:
         return self._last_run_ns is None or now_ns - self._last_run_ns >= self.period_ns - self.slack_ns

@@ -66,7 +66,7 @@ class StageNode(GraphNode):
 
     def start(self) -> None:
         if not self.lockstep:
-            self._timer = self.ros_timer(self.trigger.timer_period_ns / 1e9, self._run_on_newest)
+            self._timer = self.ros_timer(self.trigger.timer_period_ns / 1e9, self._on_timer)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -97,6 +97,10 @@ class StageNode(GraphNode):
         while (ready := self.gate.next_ready()) is not None:
             step, inputs = ready
             self._run(step, inputs, self.step_clock.stamp_of(step))
+
+    def _on_timer(self) -> None:
+        if self.trigger.timer_fired(self.now_ns()):
+            self._run_on_newest()
 
     def _run_on_newest(self) -> None:
         versions = {name: version for name, (version, _) in self.latest.items()}
