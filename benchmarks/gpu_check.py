@@ -14,6 +14,11 @@ within the op's registered tolerance, and times in milliseconds:
   host_ms       the same call with numpy arguments: uploads, kernels and the download (median of
                 --host-repeats)
   reference_ms  the numpy reference on this machine's CPU (one run)
+The tensor-core products (kernels/gemm.cu, cases named "tensor-core ...") are checked the same way
+at the prefix and Wan sizes and an odd one, with each weight type: kernel_err against the product
+of the bf16-rounded inputs, precision_err against float32 (both scaled by |x| @ |W|^T), whether
+`linear` in bf16 precision gives the same result, device_ms, tflops, and float32_ms (the same
+`linear` call in float32 precision).
 Exit status 0 when every case passes. `--tiny` runs the same cases at small sizes (how the tests run
 this script in numba's CUDA simulator).
 """
@@ -45,10 +50,12 @@ from embodied_ros.kernels.rope3d import rope3d_tables  # noqa: E402
 FULL = dict(prefix=968, gemma=2048, gemma_mlp=16384, expert=1024, expert_mlp=4096, heads=8, head_dim=256,
             actions=50, siglip=1152, patches=256, siglip_heads=16, siglip_mlp=4304,
             # Wan 14B-style block: width 3072, 24 heads of 128, MLP 14336, a 4x16x16 latent grid
-            wan=3072, wan_heads=24, wan_mlp=14336, wan_grid=(4, 16, 16))
+            wan=3072, wan_heads=24, wan_mlp=14336, wan_grid=(4, 16, 16),
+            gemm_prefix=968, gemm_wan_tokens=960)
 TINY = dict(prefix=9, gemma=256, gemma_mlp=4, expert=256, expert_mlp=3, heads=2, head_dim=8,
             actions=2, siglip=24, patches=3, siglip_heads=2, siglip_mlp=16,
-            wan=32, wan_heads=2, wan_mlp=24, wan_grid=(1, 2, 2))
+            wan=32, wan_heads=2, wan_mlp=24, wan_grid=(1, 2, 2),
+            gemm_prefix=129, gemm_wan_tokens=130)  # tensor-core cases: at least 128 rows
 
 
 @dataclass(frozen=True)
@@ -178,6 +185,89 @@ def run_case(case: Case, repeats: int, host_repeats: int, seed: int) -> dict:
     return result
 
 
+# ---- tensor-core products (kernels/gemm.cu) ------------------------------------------------------
+
+# Against the same product of the bf16-rounded inputs in float64, scaled by |x| @ |W|^T: only the order
+# and rounding of the float32 accumulation differ; one misplaced element is off by about 1/sqrt(K).
+GEMM_KERNEL_TOLERANCE = 1e-3
+# Against the float32 product: the documented bound of bf16 inputs, 2^-8 of |x| @ |W|^T.
+GEMM_PRECISION_BOUND = 2.0 ** -8
+
+
+@dataclass(frozen=True)
+class GemmCase:
+    name: str
+    rows: int
+    n_in: int
+    n_out: int
+    weight: str  # "float32", or "bf16": a bf16 copy of W on the GPU
+
+
+def gemm_cases(d: dict) -> list[GemmCase]:
+    shapes = [("gemma gate/up", d["gemm_prefix"], d["gemma"], d["gemma_mlp"]),
+              ("wan mlp", d["gemm_wan_tokens"], d["wan"], d["wan_mlp"]),
+              ("odd edges", d["gemm_prefix"] + 3, d["gemma"] + 2, d["wan"] + 1)]
+    return [GemmCase(f"tensor-core {label} [{m} x {k} -> {n}] {weight} W", m, k, n, weight)
+            for label, m, k, n in shapes for weight in ("float32", "bf16")]
+
+
+def _bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits, rounded to nearest, ties to even."""
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _device_ms(device, call: Callable, repeats: int) -> float:
+    call()
+    first, last = device.event(), device.event()
+    first.record()
+    for _ in range(repeats):
+        call()
+    last.record()
+    last.synchronize()
+    return first.time_till(last) / repeats
+
+
+def run_gemm_case(case: GemmCase, repeats: int, seed: int) -> dict:
+    from embodied_ros.kernels import _cuda_gemm
+    from embodied_ros.kernels._cuda_runtime import gpu, to_device
+    rng = np.random.default_rng(seed)
+    m, k, n = case.rows, case.n_in, case.n_out
+    x, w, b = _normal(rng, m, k), _normal(rng, n, k, scale=0.02), _normal(rng, n)
+    device = gpu()
+    start = time.perf_counter()
+    _cuda_gemm.require_tensor_cores(device)  # raises, saying why, where they cannot run
+    result = {"case": case.name, "op": "linear", "build_s": round(time.perf_counter() - start, 3)}
+
+    w_bits = _bf16_bits(w)
+    weight = QuantTensor("bf16", (n, k), w_bits.view(np.uint8).reshape(n, 2 * k)) if case.weight == "bf16" else w
+    x_d, weight_d, b_d = to_device(x), to_device(weight), to_device(b)
+    y_d = device.empty((m, n), np.float32)
+    w_arg = weight_d.data if case.weight == "bf16" else weight_d
+    ms = _device_ms(device, lambda: _cuda_gemm.multiply(device, x_d, w_arg, b_d, y_d), repeats)
+    y = y_d.numpy()
+    linear = registry.implementations("linear")["cuda"]
+    with _cuda_gemm.use_matmul_precision("bf16"):
+        result["linear_uses_it"] = bool(np.array_equal(linear(x_d, weight_d, b_d).numpy(), y))
+    with _cuda_gemm.use_matmul_precision("float32"):
+        result["float32_ms"] = round(_device_ms(device, lambda: linear(x_d, weight_d, b_d), repeats), 4)
+    result["device_ms"] = round(ms, 4)
+    result["tflops"] = round(2 * m * n * k / (ms * 1e-3) / 1e12, 2)
+
+    xb = (_bf16_bits(x).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    wb = (w_bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    kernel_err = np.abs(y - (xb @ wb.T + b)) / (np.abs(xb) @ np.abs(wb).T + np.abs(b))
+    exact = x.astype(np.float64) @ w.astype(np.float64).T + b
+    precision_err = np.abs(y - exact) / (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T + np.abs(b))
+    result["kernel_err"] = float(np.max(kernel_err))
+    result["precision_err"] = float(np.max(precision_err))
+    result["relative_err"] = float(np.linalg.norm(y - exact) / np.linalg.norm(exact))
+    result["tolerance"] = {"kernel_err": GEMM_KERNEL_TOLERANCE, "precision_err": GEMM_PRECISION_BOUND}
+    result["ok"] = bool(result["kernel_err"] <= GEMM_KERNEL_TOLERANCE and result["linear_uses_it"]
+                        and result["precision_err"] <= GEMM_PRECISION_BOUND + GEMM_KERNEL_TOLERANCE)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per case with device arguments")
@@ -207,6 +297,14 @@ def main(argv: list[str] | None = None) -> int:
             report["cases"].append(run_case(case, options.repeats, options.host_repeats, options.seed))
         except Exception as error:  # noqa: BLE001 - report it and go on with the next case
             report["cases"].append({"case": case.name, "op": case.op, "ok": False,
+                                    "error": "".join(traceback.format_exception(error))[-2000:]})
+    for case in gemm_cases(TINY if options.tiny else FULL):
+        if options.only not in case.name:
+            continue
+        try:
+            report["cases"].append(run_gemm_case(case, options.repeats, options.seed))
+        except Exception as error:  # noqa: BLE001 - report it and go on with the next case
+            report["cases"].append({"case": case.name, "ok": False,
                                     "error": "".join(traceback.format_exception(error))[-2000:]})
     report["ok"] = bool(report["cases"]) and all(c["ok"] for c in report["cases"])
     text = json.dumps(report, indent=1)

@@ -9,11 +9,14 @@ for odd shapes and every load path; and `linear` takes the tensor-core path only
 
 from __future__ import annotations
 
+import bisect
+import importlib.util
 import json
 import logging
 import re
 import shutil
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,6 +35,10 @@ from embodied_ros.kernels.quant import random_quant_tensor
 
 TEST_DIR = Path(__file__).resolve().parent
 SOURCE = kernels_dir() / "gemm.cu"
+_spec = importlib.util.spec_from_file_location("benchmarks_gpu_check",
+                                               TEST_DIR.parent / "benchmarks" / "gpu_check.py")
+gpu_check = sys.modules.setdefault("benchmarks_gpu_check", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(gpu_check)
 REGISTERS_PER_MULTIPROCESSOR = 65536
 STATIC_SHARED_LIMIT = 48 * 1024
 
@@ -387,3 +394,87 @@ def test_tensor_core_product_checks_its_arguments(device):
     with pytest.raises(ValueError, match=r"bias float32 \(4,\); expected float32 \(5,\)"):
         _cuda_gemm.multiply(device, x, device.empty((5, 16), np.uint8), device.empty((4,), np.float32), y)
     assert not device.launches
+
+
+# ---- the device check's tensor-core cases, end to end on a stand-in GPU ----------------------------
+
+class ModelGpu:
+    """A stand-in GPU: its memory is host memory at made-up addresses; a tensor-core launch runs the
+    host model of gemm.cu on the memory its parameter buffer points at; the few numba kernels the
+    float32 comparison launches run as their numpy equivalents."""
+
+    compute_capability = (8, 7)
+
+    def __init__(self, model: Path, scratch: Path):
+        self.model, self.scratch = model, scratch
+        self.bases, self.buffers = [], {}
+        self.native_launches = 0
+
+    def empty(self, shape, dtype):
+        dtype = np.dtype(dtype)
+        base = 0x7F0000000000 + (len(self.bases) + 1) * (1 << 32)
+        self.bases.append(base)
+        self.buffers[base] = np.zeros(max(1, int(np.prod(shape)) * dtype.itemsize), np.uint8)
+        return DeviceTensor(tuple(int(n) for n in shape), dtype, base, None, self)
+
+    def _at(self, pointer: int, shape, dtype) -> np.ndarray:
+        base = self.bases[bisect.bisect_right(self.bases, pointer) - 1]
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return self.buffers[base][pointer - base:pointer - base + nbytes].view(dtype).reshape(shape)
+
+    def view(self, tensor):
+        return self._at(tensor.pointer, tensor.shape, tensor.dtype)
+
+    def upload(self, array):
+        tensor = self.empty(array.shape, array.dtype)
+        self.view(tensor)[...] = array
+        return tensor
+
+    def download(self, tensor):
+        return self.view(tensor).copy()
+
+    def load_native(self, kernels):
+        for kernel in kernels:
+            assert kernel.image(self.compute_capability)  # nvcc builds it, as on a GPU machine
+
+    def launch_native(self, kernel, grid, block, buffer, shared_bytes=0):
+        x, w, bias, y, m, n, k = unpack_arguments(kernel.params, buffer)
+        assert grid == launch_plan(m, n, k).grid and block == (kernel.threads, 1, 1)
+        bf16 = kernel is GEMM_BF16_WEIGHT
+        self._at(x, (m, k), np.float32).tofile(self.scratch / "x.bin")
+        self._at(w, (n, k), np.uint16 if bf16 else np.float32).tofile(self.scratch / "w.bin")
+        if bias:
+            self._at(bias, (n,), np.float32).tofile(self.scratch / "bias.bin")
+        command = [str(self.model), "bf16" if bf16 else "f32", *map(str, (m, n, k, 0, 0, int(bias != 0))),
+                   str(self.scratch)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and json.loads(result.stdout) == dict.fromkeys(json.loads(result.stdout), 0)
+        self._at(y, (m, n), np.float32)[...] = np.fromfile(self.scratch / "y.bin", np.float32).reshape(m, n)
+        self.native_launches += 1
+
+    def launch(self, kernel, grid, block, args, shared_bytes=0):
+        name = kernel.fn.__name__
+        if name == "matmul_nt":
+            x, w, bias, y = (self.view(a) for a in args)
+            y[...] = x @ w.T + (bias if bias.size else 0)
+        elif name == "bf16_rows":
+            data, bits = (self.view(a) for a in args)
+            bits[...] = data.view(np.uint16).astype(np.uint32) << 16
+        else:
+            raise AssertionError(f"unexpected kernel {name}")
+
+    def event(self):  # timings are not what this checks
+        return SimpleNamespace(record=lambda: None, synchronize=lambda: None, time_till=lambda other: 1.0)
+
+
+def test_device_check_tensor_core_cases_pass_on_the_host_model(built, tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    stand_in = ModelGpu(built.dir / "model", tmp_path)
+    monkeypatch.setattr(_cuda_runtime, "_gpu", stand_in)
+    cases = gpu_check.gemm_cases(gpu_check.TINY)
+    assert [c.weight for c in cases] == ["float32", "bf16"] * 3 and min(c.rows for c in cases) >= 128
+    for case in cases:
+        result = gpu_check.run_gemm_case(case, repeats=1, seed=0)
+        assert result["ok"] and result["linear_uses_it"], result
+        assert result["kernel_err"] < 1e-5 and result["precision_err"] <= 2.0 ** -8
+    assert stand_in.native_launches == 3 * len(cases)  # timing warm-up + timed call, then through `linear`
