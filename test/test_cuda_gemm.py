@@ -52,9 +52,10 @@ def _nvcc() -> str:
 
 
 def _nvdisasm() -> str:
-    """nvdisasm from PATH, the CUDA toolkit, or the nvidia-cuda-nvdisasm wheel."""
-    import nvidia  # the wheel's namespace package: fails with a clear ImportError when it is missing
-    wheel = sorted(Path(p) for base in nvidia.__path__ for p in Path(base).glob("cu*/bin/nvdisasm"))
+    """nvdisasm from PATH, the CUDA toolkit, or the nvidia-cuda-nvdisasm wheel (requirements/dev.txt)."""
+    spec = importlib.util.find_spec("nvidia")
+    folders = spec.submodule_search_locations if spec else []
+    wheel = sorted(p for base in folders for p in Path(base).glob("cu*/bin/nvdisasm"))
     found = shutil.which("nvdisasm") or next(iter(wheel), None)
     if not found:
         pytest.fail("nvdisasm not found: pip install nvidia-cuda-nvdisasm (requirements/dev.txt)")
