@@ -7,6 +7,7 @@ import itertools
 import os
 import threading
 import time
+from collections import Counter
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -62,6 +63,7 @@ class Probe(Node):
         self.command_times: list[int] = []
         self.chunk_ends: list[tuple[int, int]] = []  # (arrival ROS ns, instant the chunk runs out)
         self.statuses: dict[str, DiagnosticStatus] = {}
+        self.status_counts: Counter[str] = Counter()  # status name -> diagnostics received
         self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 50)
         self.create_subscription(DiagnosticStatus, INPUT_STATUS, self._on_input_status, 50)
         self.create_subscription(StageTiming, TIMING, lambda m: self._append(self.timings, m), 200)
@@ -81,6 +83,7 @@ class Probe(Node):
         with self.lock:
             for status in msg.status:
                 self.statuses[status.name] = status
+                self.status_counts[status.name] += 1
                 if status.name.endswith(": controller"):
                     self.controller_states.append((time_to_ns(msg.header.stamp), status.message))
 
@@ -93,6 +96,11 @@ class Probe(Node):
         """The newest diagnostics of the node whose status name ends with `suffix` (e.g. ": action")."""
         with self.lock:
             return next((s for name, s in self.statuses.items() if name.endswith(suffix)), None)
+
+    def status_count(self, suffix: str) -> int:
+        """How many diagnostics came from the node whose status name ends with `suffix`."""
+        with self.lock:
+            return sum(n for name, n in self.status_counts.items() if name.endswith(suffix))
 
     def states_between(self, start_ns: int, end_ns: int) -> list[str]:
         with self.lock:

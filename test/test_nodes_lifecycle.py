@@ -1,7 +1,9 @@
 """Lifecycle of the graph's nodes: a bad bundle leaves a node unconfigured without crashing it;
 deactivating the action head makes the controller hold; deactivating the controller sends one
-hold command and stops the stream; activating again resumes."""
+hold command and stops the stream; activating again resumes. A composed stage keeps reporting
+while it computes."""
 
+import threading
 import time
 
 import rclpy
@@ -94,3 +96,39 @@ def test_a_failing_callback_is_logged_and_the_thread_keeps_spinning(capfd):
         node.destroy_node()
         rclpy.try_shutdown(context=context)
     assert "first tick fails" in capfd.readouterr().err
+
+
+class _SlowPerception(FakeRuntime):
+    """Perception that blocks until released, as a long vision-tower run would."""
+
+    def __init__(self):
+        super().__init__()
+        self.computing = threading.Event()
+        self.release = threading.Event()
+
+    def encode(self, observation):
+        self.computing.set()
+        self.release.wait(timeout=10)
+        return super().encode(observation)
+
+
+def test_a_composed_stage_publishes_diagnostics_while_it_computes():
+    runtime = _SlowPerception()
+    config = load_config(None, {"schedule.step_period_s": 0.1, "diagnostics.period_s": 0.1})
+    domain = next_domain()
+    context = Context()
+    rclpy.init(context=context, domain_id=domain)
+    graph = ComposedGraph(config, context=context, runtime=runtime)
+    outside = Outside(config, runtime.spec, domain)
+    graph.start()
+    try:
+        wait_for(runtime.computing.is_set, 20, "the perception stage to start computing")
+        reported = outside.probe.status_count(": perception")
+        wait_for(lambda: outside.probe.status_count(": perception") >= reported + 3, 5,
+                 "diagnostics of the perception stage while it computes")
+        assert not runtime.release.is_set()
+    finally:
+        runtime.release.set()
+        graph.stop()
+        outside.close()
+        rclpy.try_shutdown(context=context)

@@ -42,3 +42,30 @@ class SpinThread:
             except Exception:  # a callback's bug must not silently stop every node on this thread
                 self._logger.error(f"callback failed on {self._thread.name}:\n{traceback.format_exc()}",
                                    throttle_duration_sec=5.0)
+
+
+class PeriodicThread:
+    """Calls `callback` every `period_s` seconds (monotonic clock) on its own thread until stopped.
+
+    A node's /diagnostics go out this way, not from a timer of its executor: a stage's executor
+    thread is busy while the stage computes, and a multi-threaded executor costs rclpy so much
+    Python per callback that on a 2-core machine the command stream lost its rate."""
+
+    def __init__(self, period_s: float, callback, name: str):
+        self.period_s = period_s
+        self.callback = callback
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop; returns once a call in progress has finished."""
+        self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout_s)
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self.period_s):
+            self.callback()

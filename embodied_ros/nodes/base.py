@@ -3,6 +3,8 @@
 Lifecycle: configure reads the parameters, loads what the node needs (the bundle, kernels) and
 creates its publishers and subscriptions; activate starts its timers; deactivate stops them;
 cleanup releases everything. A failing configure logs why and leaves the node unconfigured.
+From configure on, /diagnostics go out from a thread of their own, on time even while the node
+computes in its executor's thread.
 """
 
 from __future__ import annotations
@@ -12,14 +14,13 @@ from typing import Any, Callable
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.clock import Clock as RosClock
-from rclpy.clock_type import ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 
 from embodied_ros.graph.config import GraphConfig
 from embodied_ros.graph.schedule import StepClock
+from embodied_ros.graph.spinning import PeriodicThread
 from embodied_ros.graph.stats import StageStats
 from embodied_ros.graph.topics import CLOCK, CLOCK_QOS, DIAGNOSTICS, DIAGNOSTICS_QOS, TIMING, timing_qos
 from embodied_ros.graph.transport import PROCESS_STORE, ResultStore, timing_msg
@@ -47,8 +48,8 @@ class GraphNode(LifecycleNode):
         self.store = store or PROCESS_STORE
         self.active = False
         self.work_group = MutuallyExclusiveCallbackGroup()  # data callbacks: one at a time
-        self._diagnostics_group = MutuallyExclusiveCallbackGroup()  # reports even while a stage computes
         self._entities: list[tuple[Callable[[Any], Any], Any]] = []
+        self._diagnostics_thread: PeriodicThread | None = None
 
     # lifecycle ----------------------------------------------------------------------------------
 
@@ -62,10 +63,12 @@ class GraphNode(LifecycleNode):
             self.timing_publisher = self.lifecycle_publisher(StageTiming, TIMING, timing_qos(self.lockstep))
             self.diagnostics_publisher = self.create_publisher(DiagnosticArray, DIAGNOSTICS, DIAGNOSTICS_QOS)
             self._entities.append((self.destroy_publisher, self.diagnostics_publisher))
-            self.steady_timer(self.config.diagnostics.period_s, self.publish_diagnostics, self._diagnostics_group)
             if self.lockstep:
                 self.subscribe(Clock, CLOCK, self._on_clock, CLOCK_QOS)
             self.setup()
+            self._diagnostics_thread = PeriodicThread(self.config.diagnostics.period_s, self._report,
+                                                      f"{self.get_name()}-diagnostics")
+            self._diagnostics_thread.start()
         except Exception as error:  # any failure to configure is reported, never raised into the executor
             self.get_logger().error(f"configure failed: {error}")
             self._destroy_entities()
@@ -123,13 +126,6 @@ class GraphNode(LifecycleNode):
         self._entities.append((self.destroy_subscription, subscription))
         return subscription
 
-    def steady_timer(self, period_s: float, callback, group=None):
-        """A timer on the monotonic clock (never paused by simulated time)."""
-        timer = self.create_timer(period_s, callback, callback_group=group or self.work_group,
-                                  clock=RosClock(clock_type=ClockType.STEADY_TIME))
-        self._entities.append((self.destroy_timer, timer))
-        return timer
-
     def ros_timer(self, period_s: float, callback):
         """A timer on the node's ROS clock (simulated time when use_sim_time is set)."""
         timer = self.create_timer(period_s, callback, callback_group=self.work_group)
@@ -161,6 +157,10 @@ class GraphNode(LifecycleNode):
         array.header.stamp = self.get_clock().now().to_msg()
         self.diagnostics_publisher.publish(array)
 
+    def destroy_node(self) -> None:
+        self._stop_diagnostics()
+        super().destroy_node()
+
     # internals ----------------------------------------------------------------------------------
 
     def _on_clock(self, msg: Clock) -> None:
@@ -168,7 +168,21 @@ class GraphNode(LifecycleNode):
         if step is not None and self.active:
             self.on_step(step)
 
+    def _report(self) -> None:
+        """The diagnostics thread's call: a failure is logged, never raised (the thread keeps going)."""
+        try:
+            self.publish_diagnostics()
+        except Exception as error:
+            if self.context.ok():  # after Ctrl-C the context is gone: nothing to report to
+                self.get_logger().error(f"publishing diagnostics failed: {error}", throttle_duration_sec=10.0)
+
+    def _stop_diagnostics(self) -> None:
+        if self._diagnostics_thread is not None:
+            self._diagnostics_thread.stop()
+            self._diagnostics_thread = None
+
     def _destroy_entities(self) -> None:
+        self._stop_diagnostics()  # before its publisher goes
         while self._entities:
             destroy, entity = self._entities.pop()
             destroy(entity)

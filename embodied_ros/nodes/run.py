@@ -7,7 +7,7 @@ import sys
 from typing import Iterable
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
 
@@ -31,7 +31,7 @@ def run_node(node_class, args=None) -> None:
         if node.get_parameter("autostart").value and bring_up([node]):
             node.get_logger().fatal("could not start; see the error above")
             sys.exit(1)
-        executor = MultiThreadedExecutor(num_threads=2)  # diagnostics keep flowing while a stage computes
+        executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
