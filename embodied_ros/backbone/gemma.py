@@ -59,7 +59,12 @@ def project_kv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos:
 def project_qkv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos: np.ndarray,
                 sin: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Normed tokens [n, D] -> queries [n, H, d], keys [n, K, d] (both after RoPE), values [n, K, d]."""
-    qkv = ks.linear(h, w["attn_qkv.weight"])
+    return split_qkv(ks, cfg, ks.linear(h, w["attn_qkv.weight"]), cos, sin)
+
+
+def split_qkv(ks, cfg: "GemmaConfig", qkv: np.ndarray, cos: np.ndarray,
+              sin: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stacked product [n, (H + 2K) d] (any layout) -> queries, keys (both after RoPE), values."""
     q_width, kv_width = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     queries = ks.rope(_split_heads(qkv[:, :q_width], cfg.num_heads, cfg.head_dim), cos, sin)
     keys = ks.rope(_split_heads(qkv[:, q_width:q_width + kv_width], cfg.num_kv_heads, cfg.head_dim), cos, sin)

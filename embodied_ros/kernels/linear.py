@@ -14,6 +14,11 @@
                          (past ~64 rows BLAS is faster than any loop numba compiles, and the
                          dequantization is a small fraction of the product).
 x may have any leading dimensions: [..., in] -> [..., out].
+
+`linear_t(x, w, b)` is the same product returned transposed, [N, in] -> [out, N] (feature-major),
+for the action expert's ~50-row products: BLAS runs W @ x^T 15-20% faster than x @ W^T at that
+row count (e.g. 50 x 1024 -> 4096 in 1.9 ms instead of 2.3 on two cores), and the fused quantized
+kernels produce that layout anyway. x may be any 2-D view (a transposed one is read as it lies).
 """
 
 from __future__ import annotations
@@ -56,6 +61,14 @@ def _examples(rng: np.random.Generator) -> list[tuple]:
     return cases
 
 
+def _examples_t(rng: np.random.Generator) -> list[tuple]:
+    cases = [args for args in _examples(rng) if args[0].ndim == 2]
+    x_t = rng.standard_normal((96, 11), dtype=np.float32)  # a transposed view, as the expert passes it
+    cases.append((x_t.T, rng.standard_normal((40, 96), dtype=np.float32), None))
+    cases.append((x_t.T, random_quant_tensor(rng, "q8_0", (7, 96)), rng.standard_normal(7, dtype=np.float32)))
+    return cases
+
+
 def _check_shapes(x: np.ndarray, weight) -> None:
     if len(weight.shape) != 2 or x.shape[-1:] != weight.shape[1:]:
         raise ValueError(f"linear: input with {x.shape[-1] if x.ndim else 0} features (shape {x.shape}) does not "
@@ -91,8 +104,42 @@ def linear_numba(x: np.ndarray, weight: np.ndarray | QuantTensor, bias: np.ndarr
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
+@reference("linear_t", examples=_examples_t, rtol=1e-4, atol=1e-4)
+def linear_t(x: np.ndarray, weight: np.ndarray | QuantTensor, bias: np.ndarray | None = None) -> np.ndarray:
+    # x: [N, in], weight: [out, in] -> [out, N]
+    _check_rows(x, weight)
+    return np.ascontiguousarray(linear(x, weight, bias).T)
+
+
+@kernel("linear_t", "numba")
+def linear_t_numba(x: np.ndarray, weight: np.ndarray | QuantTensor, bias: np.ndarray | None = None) -> np.ndarray:
+    _check_rows(x, weight)
+    if isinstance(weight, QuantTensor):
+        rows = np.ascontiguousarray(x, dtype=np.float32)
+        if rows.shape[0] <= FUSED_MAX_ROWS and weight.qtype in ("q8_0", "q4_k"):
+            y_t = np.ascontiguousarray(_fused_linear_t(rows, weight))
+        else:
+            y_t = _chunked_linear(rows, weight, transposed=True)
+    else:
+        y_t = np.matmul(weight if weight.dtype == np.float32 else weight.astype(np.float32), x.T)
+    if bias is not None:
+        y_t += bias[:, None]
+    return y_t
+
+
+def _check_rows(x: np.ndarray, weight) -> None:
+    if x.ndim != 2:
+        raise ValueError(f"linear_t: expected rows [N, in_features], got an input of shape {x.shape}")
+    _check_shapes(x, weight)
+
+
 def _fused_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
     # rows: [N, in] -> [N, out]
+    return np.ascontiguousarray(_fused_linear_t(rows, weight).T)
+
+
+def _fused_linear_t(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
+    # rows: [N, in] -> [out, N] (a view of a wider buffer when N is not a multiple of 4)
     n_rows = rows.shape[0]
     padded = np.zeros((-(-n_rows // _TILE) * _TILE, rows.shape[1]), np.float32)  # rows taken by fours
     padded[:n_rows] = rows
@@ -102,23 +149,26 @@ def _fused_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
     # allocates its weight buffer once (one per tile would page-fault on every allocation)
     workers = max(1, min(numba.get_num_threads(), -(-weight.shape[0] // _TILE)))
     kernel(padded, weight.data, F16_TO_F32, workers, y_t)
-    return np.ascontiguousarray(y_t[:, :n_rows].T)
+    return y_t[:, :n_rows]
 
 
-def _chunked_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
-    # rows: [N, in] -> [N, out]
+def _chunked_linear(rows: np.ndarray, weight: QuantTensor, transposed: bool = False) -> np.ndarray:
+    # rows: [N, in] -> [N, out], or [out, N] when transposed
     n_out, n_in = weight.shape
     chunk = min(n_out, max(16, _CHUNK_BYTES // (4 * n_in)))
     scratch = _scratch(chunk * n_in).reshape(chunk, n_in)
     if chunk == n_out:
         dequantize_rows_into(weight, 0, n_out, scratch)
-        return rows @ scratch.T
-    y = np.empty((rows.shape[0], n_out), np.float32)
+        return scratch @ rows.T if transposed else rows @ scratch.T
+    y = np.empty((n_out, rows.shape[0]) if transposed else (rows.shape[0], n_out), np.float32)
     for start in range(0, n_out, chunk):
         stop = min(start + chunk, n_out)
         block = scratch[:stop - start]
         dequantize_rows_into(weight, start, stop, block)
-        y[:, start:stop] = rows @ block.T
+        if transposed:
+            y[start:stop] = block @ rows.T
+        else:
+            y[:, start:stop] = rows @ block.T
     return y
 
 
