@@ -19,7 +19,7 @@ import numpy as np
 from embodied_ros.backbone import gemma, siglip
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
 from embodied_ros.heads import action_expert, flow
-from embodied_ros.kernels import KernelSet
+from embodied_ros.kernels import KernelSet, reuse_freed_memory
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.kernels.rope import rope_tables
 from embodied_ros.models.pi05.config import Pi05Config
@@ -58,6 +58,7 @@ class Pi05Model:
         check_weights(weights, config)
         self.config = config
         self.ks = KernelSet(backend)
+        reuse_freed_memory()  # each step reuses the previous step's array memory (kernels/_allocator.py)
         self.weights = prepare_weights(weights)
         self.vision_layers = _layers(self.weights, "vision", config.vision.depth)
         self.lm_layers = [gemma.with_kv_rows(config.lm, w) for w in _layers(self.weights, "lm", config.lm.depth)]
