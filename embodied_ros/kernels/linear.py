@@ -7,8 +7,9 @@
   QuantTensor          q8_0 / q4_k / bf16 blocks, dequantized inside the kernel:
                        - numpy reference: dequantize the whole matrix, then BLAS;
                        - numba, N <= FUSED_MAX_ROWS rows (q8_0, q4_k): a fused kernel, parallel
-                         over output features, that dequantizes each weight once into a buffer in
-                         cache and multiplies it into every row;
+                         over output features from FUSED_PARALLEL_MIN_MACS on (serial below), that
+                         dequantizes each weight once into a buffer in cache and multiplies it
+                         into every row;
                        - numba, more rows (and bf16): up to 256 MiB of weight rows at a time
                          dequantized into a per-thread float32 scratch buffer, multiplied by BLAS
                          (past ~64 rows BLAS is faster than any loop numba compiles, and the
@@ -34,6 +35,9 @@ from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, dequantize, deq
 from embodied_ros.kernels.registry import kernel, reference
 
 FUSED_MAX_ROWS = 64  # above this, chunked dequantize + BLAS is faster (measured on dim 3072 x 14336)
+# Below this many multiply-adds a fused product runs on the calling thread: two threads gained
+# nothing up to ~1e8 (50 x 256 -> 1536: 285 us on two, 280 on one) and lose to waking the pool.
+FUSED_PARALLEL_MIN_MACS = 1 << 26
 _TILE = 4  # output features per fused task, and rows of x per register block
 _CHUNK_BYTES = 256 << 20  # float32 bytes of weight rows dequantized at a time. Every matrix of
                           # pi0.5 and Wan fits in one chunk: one parallel region and one BLAS call per
@@ -53,7 +57,8 @@ def _examples(rng: np.random.Generator) -> list[tuple]:
     cases.append((rng.standard_normal((2, 3, 7), dtype=np.float32),
                   rng.standard_normal((5, 7)).astype(np.float16), None))
     for qtype, rows, n_in, n_out in (("q8_0", 1, 64, 7), ("q8_0", 37, 96, 13), ("q4_k", 3, 512, 9),
-                                     ("q4_k", 9, 256, 33), ("q4_k", 70, 256, 5), ("bf16", 4, 13, 6)):
+                                     ("q4_k", 9, 256, 33), ("q4_k", 70, 256, 5), ("bf16", 4, 13, 6),
+                                     ("q8_0", 64, 1024, 1024), ("q4_k", 64, 1024, 1024)):  # parallel kernels
         x = rng.standard_normal((rows, n_in), dtype=np.float32)
         b = rng.standard_normal(n_out, dtype=np.float32)
         cases.append((x, random_quant_tensor(rng, qtype, (n_out, n_in)), b))
@@ -144,10 +149,12 @@ def _fused_linear_t(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
     padded = np.zeros((-(-n_rows // _TILE) * _TILE, rows.shape[1]), np.float32)  # rows taken by fours
     padded[:n_rows] = rows
     y_t = np.empty((weight.shape[0], padded.shape[0]), np.float32)  # [out, N]: each task writes whole rows
-    kernel = _q8_0_matmul if weight.qtype == "q8_0" else _q4_k_matmul
+    parallel = n_rows * weight.shape[0] * weight.shape[1] >= FUSED_PARALLEL_MIN_MACS
+    kernels = {"q8_0": (_q8_0_matmul_serial, _q8_0_matmul), "q4_k": (_q4_k_matmul_serial, _q4_k_matmul)}
+    kernel = kernels[weight.qtype][parallel]
     # tiles of _TILE features are dealt round-robin to one task per thread, so that each task
     # allocates its weight buffer once (one per tile would page-fault on every allocation)
-    workers = max(1, min(numba.get_num_threads(), -(-weight.shape[0] // _TILE)))
+    workers = max(1, min(numba.get_num_threads(), -(-weight.shape[0] // _TILE))) if parallel else 1
     kernel(padded, weight.data, F16_TO_F32, workers, y_t)
     return y_t[:, :n_rows]
 
@@ -188,29 +195,46 @@ def _scratch(size: int) -> np.ndarray:
 @jit(parallel=True, fastmath=_FAST)
 def _q8_0_matmul(x, data, f16_to_f32, workers, y_t):
     # x: [N, in] f32, N % 4 == 0; data: [out, in/32 * 34] u8 -> y_t: [out, N]
-    n_tiles = (data.shape[0] + _TILE - 1) // _TILE
     buffers = np.zeros((workers, _TILE, x.shape[1]), np.float32)
     for worker in numba.prange(workers):
-        w = buffers[worker]
-        for tile in range(worker, n_tiles, workers):
-            first, last = _TILE * tile, min(_TILE * tile + _TILE, data.shape[0])
-            for i in range(last - first):
-                q8_0_decode_row(data[first + i], f16_to_f32, w[i])
-            _multiply_tile(x, w, first, last, y_t)
+        _q8_0_tiles(x, data, f16_to_f32, buffers[worker], worker, workers, y_t)
+
+
+@jit(fastmath=_FAST)
+def _q8_0_matmul_serial(x, data, f16_to_f32, workers, y_t):
+    _q8_0_tiles(x, data, f16_to_f32, np.zeros((_TILE, x.shape[1]), np.float32), 0, 1, y_t)
+
+
+@jit(inline="always", fastmath=_FAST)
+def _q8_0_tiles(x, data, f16_to_f32, w, worker, workers, y_t):
+    # tiles worker, worker + workers, ...: four rows decoded into w [4, in], then multiplied
+    for tile in range(worker, (data.shape[0] + _TILE - 1) // _TILE, workers):
+        first, last = _TILE * tile, min(_TILE * tile + _TILE, data.shape[0])
+        for i in range(last - first):
+            q8_0_decode_row(data[first + i], f16_to_f32, w[i])
+        _multiply_tile(x, w, first, last, y_t)
 
 
 @jit(parallel=True, fastmath=_FAST)
 def _q4_k_matmul(x, data, f16_to_f32, workers, y_t):
     # x: [N, in] f32, N % 4 == 0; data: [out, in/256 * 144] u8 -> y_t: [out, N]
-    n_tiles = (data.shape[0] + _TILE - 1) // _TILE
     buffers = np.zeros((workers, _TILE, x.shape[1]), np.float32)
     for worker in numba.prange(workers):
-        w = buffers[worker]
-        for tile in range(worker, n_tiles, workers):
-            first, last = _TILE * tile, min(_TILE * tile + _TILE, data.shape[0])
-            for i in range(last - first):
-                q4_k_decode_row(data[first + i], f16_to_f32, w[i])
-            _multiply_tile(x, w, first, last, y_t)
+        _q4_k_tiles(x, data, f16_to_f32, buffers[worker], worker, workers, y_t)
+
+
+@jit(fastmath=_FAST)
+def _q4_k_matmul_serial(x, data, f16_to_f32, workers, y_t):
+    _q4_k_tiles(x, data, f16_to_f32, np.zeros((_TILE, x.shape[1]), np.float32), 0, 1, y_t)
+
+
+@jit(inline="always", fastmath=_FAST)
+def _q4_k_tiles(x, data, f16_to_f32, w, worker, workers, y_t):
+    for tile in range(worker, (data.shape[0] + _TILE - 1) // _TILE, workers):
+        first, last = _TILE * tile, min(_TILE * tile + _TILE, data.shape[0])
+        for i in range(last - first):
+            q4_k_decode_row(data[first + i], f16_to_f32, w[i])
+        _multiply_tile(x, w, first, last, y_t)
 
 
 @jit(inline="always", fastmath=_FAST)
