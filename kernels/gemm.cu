@@ -10,7 +10,7 @@
 //           (a copy kept on the GPU: half the bytes to read)
 //     bias  [N] float32, or null for none
 //     y     [M, N] float32, rows contiguous
-//     M, N, K >= 1, any values (tiles past the edges are zero-filled; no alignment is required, aligned
+//     M, N >= 1, K >= 0, any values (tiles past the edges are zero-filled; no alignment is required, aligned
 //           rows just take the 16-byte load path)
 //
 // Launch: THREADS (256) threads per block, grid (ceil(M / BLOCK_M), ceil(N / BLOCK_N)), no dynamic
