@@ -56,3 +56,20 @@ def test_non_finite_state_is_passed_on_for_the_graph_to_refuse():
     steps = plan_steps(episode, 0.04)
     assert np.isnan(observation_at(episode, steps[0], selector, 0).state[1])
     np.testing.assert_array_equal(observation_at(episode, steps[2], selector, 0).state, [8.0, 9.0])
+
+
+def test_lockstep_commands_land_on_the_bag_time_of_their_own_tick():
+    """A step whose controller sent only its first two ticks (e.g. deactivated mid-step): the
+    commands keep their ticks, they are not shifted to the end of the step."""
+    from embodied_ros.graph.lockstep import StepCommand, StepOutput
+    from embodied_ros.replay.record import ReplayRecord
+    from embodied_ros.replay.runner import _take_step
+
+    episode = _episode()
+    step = plan_steps(episode, 0.04)[1]  # bag time 50 ms
+    graph_ns = 7_000 * MS  # the graph's clock for this step
+    commands = [StepCommand(graph_ns + j * 8 * MS, np.array([j, -j], float)) for j in range(2)]  # 125 Hz ticks
+    record = ReplayRecord(mode="lockstep")
+    _take_step(record, episode, step, StepOutput(1, graph_ns, None, commands, {}), {graph_ns: step})
+    assert [t for t, _ in record.commands] == [50 * MS, 58 * MS]
+    np.testing.assert_array_equal(record.commands[1][1], [1.0, -1.0])

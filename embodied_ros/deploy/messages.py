@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -28,6 +29,14 @@ def float64_multi_array(positions: np.ndarray) -> Float64MultiArray:
     """Positions in joint order for a forward command controller (its `joints` parameter sets the order)."""
     msg = Float64MultiArray(data=[float(p) for p in positions])
     msg.layout.dim = [MultiArrayDimension(label="joints", size=len(positions), stride=len(positions))]
+    return msg
+
+
+def commanded_joint_state(joint_names: Sequence[str], positions: np.ndarray, stamp_ns: int) -> JointState:
+    """A command as a record: the joints, their commanded positions and the tick it was sent for,
+    whichever output carried it (a Float64MultiArray has neither names nor a stamp)."""
+    msg = JointState(name=list(joint_names), position=[float(p) for p in positions])
+    msg.header.stamp = ns_to_time(stamp_ns)
     return msg
 
 

@@ -28,10 +28,8 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float64MultiArray, String
-from trajectory_msgs.msg import JointTrajectory
+from std_msgs.msg import String
 
-from embodied_ros.deploy.messages import command_positions
 from embodied_ros.graph.composed import ComposedGraph, graph_nodes
 from embodied_ros.graph.config import GraphConfig
 from embodied_ros.graph.paths import using_dds_environment
@@ -40,7 +38,7 @@ from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.graph.schedule import StepClock, runs_on
 from embodied_ros.graph.stats import status_values
 from embodied_ros.graph.topics import (
-    ACTION_CHUNK, CLOCK, COMMAND_TOPICS, INPUT_STATUS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, TIMING,
+    ACTION_CHUNK, CLOCK, COMMANDED, INPUT_STATUS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, TIMING,
     camera_topic, lockstep_qos,
 )
 from embodied_ros.graph.transport import msg_to_chunk
@@ -52,12 +50,18 @@ from embodied_ros.pipeline.stages import Runtime
 from embodied_ros.pipeline.types import ActionChunkResult
 
 
+@dataclass(frozen=True)
+class StepCommand:
+    stamp_ns: int  # the controller tick it was sent for: the step's stamp + j / controller.rate_hz
+    positions: np.ndarray  # in the controller's joint order
+
+
 @dataclass
 class StepOutput:
     step: int
     stamp_ns: int
     chunk: ActionChunkResult | None  # None when the action head did not run (or skipped) this step
-    commands: list[np.ndarray]  # the controller's commands of this step, in order
+    commands: list[StepCommand]  # the controller's commands of this step, in tick order
     timings: dict[str, StageTiming]  # stage -> its timing for this step (sequence 0: skipped)
     input_problem: str = ""  # why the observation was refused this step ("" when it was fine)
 
@@ -67,7 +71,7 @@ class _Inbox:
     timings: dict[int, dict[str, StageTiming]] = field(default_factory=dict)
     chunks: dict[int, ActionChunk] = field(default_factory=dict)
     statuses: dict[int, DiagnosticStatus] = field(default_factory=dict)
-    commands: list[np.ndarray] = field(default_factory=list)
+    commands: list[StepCommand] = field(default_factory=list)
     instruction_echo: str = ""
 
 
@@ -176,10 +180,8 @@ class LockstepGraph:
         node.create_subscription(StageTiming, TIMING, self._on_timing, lockstep_qos(depth=100))
         node.create_subscription(ActionChunk, ACTION_CHUNK, self._on_chunk, qos)
         node.create_subscription(DiagnosticStatus, INPUT_STATUS, self._on_status, qos)
-        output = self.config.controller.output
-        message_type = JointTrajectory if output == "joint_trajectory" else Float64MultiArray
-        node.create_subscription(message_type, COMMAND_TOPICS[output],
-                                 lambda msg: inbox.commands.append(command_positions(msg)), qos)
+        node.create_subscription(JointState, COMMANDED, lambda msg: inbox.commands.append(
+            StepCommand(time_to_ns(msg.header.stamp), np.asarray(msg.position, dtype=np.float64))), qos)
 
     def _on_timing(self, msg: StageTiming) -> None:
         self.inbox.timings.setdefault(msg.step, {})[msg.stage] = msg

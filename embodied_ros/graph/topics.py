@@ -9,6 +9,7 @@ INSTRUCTION = "instruction"
 OBSERVATION = "embodied/observation"
 INPUT_STATUS = "embodied/input_status"
 ACTION_CHUNK = "embodied/action_chunk"
+COMMANDED = "embodied/commanded"  # every command as a JointState: named and stamped with its tick
 TIMING = "embodied/timing"
 DIAGNOSTICS = "/diagnostics"
 CLOCK = "/clock"

@@ -3,6 +3,7 @@
 Commands go to a JointTrajectoryController (one-point JointTrajectory reached one period later)
 or a forward command controller (Float64MultiArray). It holds, and says why on /diagnostics at
 once, when the inputs are bad or stale, the chunk runs out or carries non-finite values.
+Every command is also published on embodied/commanded as a JointState stamped with its tick.
 Lock-step, step k's commands are the ticks in [t_k, t_k+1), computed when step k's chunk and
 input status are in; its StageTiming `sequence` counts the commands sent so far.
 """
@@ -18,11 +19,11 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.deploy import ActionMapping, Command, CommandLogic, JointLimits, TimedChunk
-from embodied_ros.deploy.messages import float64_multi_array, joint_trajectory
+from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_array, joint_trajectory
 from embodied_ros.graph.schedule import LockstepGate
 from embodied_ros.graph.stats import PeriodStats, diagnostic_status, status_values
 from embodied_ros.graph.topics import (
-    ACTION_CHUNK, COMMAND_TOPICS, INPUT_STATUS, JOINT_STATES, command_qos, sensor_qos, stage_qos, status_qos,
+    ACTION_CHUNK, COMMAND_TOPICS, COMMANDED, INPUT_STATUS, JOINT_STATES, command_qos, sensor_qos, stage_qos, status_qos,
 )
 from embodied_ros.graph.transport import msg_to_chunk
 from embodied_ros.inputs import InputError, JointStateSelector
@@ -63,6 +64,7 @@ class ControllerNode(GraphNode):
         message_type = JointTrajectory if settings.output == "joint_trajectory" else Float64MultiArray
         self.command_publisher = self.lifecycle_publisher(message_type, COMMAND_TOPICS[settings.output],
                                                           command_qos(self.lockstep))
+        self.commanded_publisher = self.lifecycle_publisher(JointState, COMMANDED, command_qos(self.lockstep))
 
     def start(self) -> None:
         if not self.lockstep:
@@ -161,6 +163,7 @@ class ControllerNode(GraphNode):
         else:
             message = float64_multi_array(command.positions)
         self.command_publisher.publish(message)
+        self.commanded_publisher.publish(commanded_joint_state(self.joint_names, command.positions, tick_ns))
         self.commands_sent += 1
 
     def _accept(self, chunk: ActionChunkResult, now_ns: int) -> None:

@@ -117,8 +117,6 @@ def run_lockstep(episode: Episode, config: GraphConfig, selector: StateSelector,
     from embodied_ros.graph.lockstep import LockstepGraph
 
     steps = plan_steps(episode, config.schedule.step_period_s, options.max_steps)
-    command_period_ns = round(1e9 / config.controller.rate_hz)
-    ticks_per_step = max(1, round(config.schedule.step_period_s * config.controller.rate_hz))
     record = ReplayRecord(mode="lockstep", command_joints=tuple(config.controller.joints))
     progress = _progress(options, "replaying", total=len(steps))
     with LockstepGraph(config, runtime=runtime, domain_id=domain_id, timeout_s=options.step_timeout_s) as graph:
@@ -130,15 +128,15 @@ def run_lockstep(episode: Episode, config: GraphConfig, selector: StateSelector,
             began = time.perf_counter()
             out = graph.step(images, np.zeros(0) if state is None else state, step.instruction)
             record.step_wall_ms.append((time.perf_counter() - began) * 1e3)
-            _take_step(record, episode, step, out, at_graph_stamp, ticks_per_step, command_period_ns)
+            _take_step(record, episode, step, out, at_graph_stamp)
             progress.update(1)
     progress.close()
     record.steps = len(steps)
     return record
 
 
-def _take_step(record: ReplayRecord, episode: Episode, step: ReplayStep, out, at_graph_stamp: dict[int, ReplayStep],
-               ticks_per_step: int, command_period_ns: int) -> None:
+def _take_step(record: ReplayRecord, episode: Episode, step: ReplayStep, out, at_graph_stamp: dict[int, ReplayStep]
+               ) -> None:
     """Move one StepOutput onto the bag's time axis."""
     for stage, timing in out.timings.items():
         source = at_graph_stamp.get(int(timing.observation_stamp.sec) * 1_000_000_000 + timing.observation_stamp.nanosec)
@@ -157,10 +155,8 @@ def _take_step(record: ReplayRecord, episode: Episode, step: ReplayStep, out, at
                                    + (step.bag_ns - source.bag_ns) / 1e6)
         if not record.command_joints:
             record.command_joints = tuple(out.chunk.joint_names)
-    # the controller ticks at step + j * period; commands missing at the start (no chunk yet) are the early ticks
-    first = max(ticks_per_step - len(out.commands), 0)
-    for j, positions in enumerate(out.commands):
-        record.commands.append((step.bag_ns + (first + j) * command_period_ns, np.asarray(positions)))
+    for command in out.commands:  # stamped with its tick on the graph's clock
+        record.commands.append((step.bag_ns + command.stamp_ns - out.stamp_ns, np.asarray(command.positions)))
 
 
 def _finish(bag: Path, out_dir: Path, episode: Episode, record: ReplayRecord, config: GraphConfig,
