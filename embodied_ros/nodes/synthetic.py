@@ -1,9 +1,11 @@
-"""A synthetic robot for trying the graph without hardware: cameras, a simulated arm, a task.
+"""A synthetic robot for trying the graph without hardware: the simulated arm of `sim.robot`, its
+cameras, a task.
 
-Cameras show a moving pattern at `synthetic.camera_rate_hz`; the arm follows the controller's
-commands with a first-order lag and publishes joint states at `synthetic.joint_state_rate_hz`;
-the instruction is published once (latched). `make_image` and `make_joint_state` are the seams
-tests override to inject faults.
+The arm starts at rest, follows the controller's commands with a first-order lag
+(`synthetic.arm_time_constant_s`) and publishes joint states at `synthetic.joint_state_rate_hz`;
+each camera renders the arm as it is at `synthetic.camera_rate_hz`; the instruction is published
+once (latched). `record-synthetic` writes episodes of the same arm and cameras. `make_image` and
+`make_joint_state` are the seams tests override to inject faults.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from embodied_ros.graph.config import GraphConfig
 from embodied_ros.graph.topics import COMMAND_TOPICS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, camera_topic
 from embodied_ros.inputs.image import array_to_image
 from embodied_ros.inputs.stamps import ns_to_time
+from embodied_ros.sim import robot
 from rclpy.qos import qos_profile_sensor_data
 
 
@@ -32,14 +35,12 @@ class SyntheticRobot(Node):
         self.cameras = dict(cameras)
         self.command_joints = tuple(command_joints)
         self.joint_names = tuple(dict.fromkeys([*state_joints, *command_joints]))
-        self.positions = np.zeros(len(self.joint_names))
+        self.positions = robot.rest_positions(self.joint_names)
         self.targets = self.positions.copy()
         self.time_constant_s = settings.arm_time_constant_s
         self.joint_period_s = 1.0 / settings.joint_state_rate_hz
         self.paused_cameras: set[str] = set()
         self.commands_received = 0
-        self._patterns = {name: _pattern(size, seed=i) for i, (name, size) in enumerate(self.cameras.items())}
-        self._frame = 0
         self.camera_publishers = {name: self.create_publisher(Image, camera_topic(name), qos_profile_sensor_data)
                                   for name in self.cameras}
         self.joint_publisher = self.create_publisher(JointState, JOINT_STATES, qos_profile_sensor_data)
@@ -54,8 +55,8 @@ class SyntheticRobot(Node):
     # seams for tests ----------------------------------------------------------------------------
 
     def make_image(self, camera: str, stamp_ns: int) -> Image:
-        shift = self._frame % self._patterns[camera].shape[1]
-        return array_to_image(np.roll(self._patterns[camera], shift, axis=1), "rgb8", stamp_ns, camera)
+        view = list(self.cameras).index(camera)
+        return array_to_image(robot.render_view(view, self.positions, self.cameras[camera]), "rgb8", stamp_ns, camera)
 
     def make_joint_state(self, stamp_ns: int) -> JointState:
         msg = JointState(name=list(self.joint_names), position=self.positions.tolist())
@@ -66,14 +67,12 @@ class SyntheticRobot(Node):
 
     def _publish_cameras(self) -> None:
         stamp_ns = self.get_clock().now().nanoseconds
-        self._frame += 1
         for camera, publisher in self.camera_publishers.items():
             if camera not in self.paused_cameras:
                 publisher.publish(self.make_image(camera, stamp_ns))
 
     def _step_arm(self) -> None:
-        blend = 1.0 - np.exp(-self.joint_period_s / self.time_constant_s)
-        self.positions += (self.targets - self.positions) * blend
+        self.positions = robot.lag_step(self.positions, self.targets, self.joint_period_s, self.time_constant_s)
         self.joint_publisher.publish(self.make_joint_state(self.get_clock().now().nanoseconds))
 
     def _on_command(self, msg: JointTrajectory | Float64MultiArray) -> None:
@@ -85,14 +84,3 @@ class SyntheticRobot(Node):
                 self.targets[index[name]] = value
         self.commands_received += 1
 
-
-def _pattern(size: tuple[int, int], seed: int) -> np.ndarray:
-    """A smooth colour gradient with a bright square: something for a vision tower to look at."""
-    height, width = size
-    rng = np.random.default_rng(seed)
-    rows = np.linspace(0.0, 1.0, height)[:, None, None]
-    cols = np.linspace(0.0, 1.0, width)[None, :, None]
-    colour = rng.uniform(0.2, 1.0, 3)
-    image = 255.0 * (0.6 * rows * colour + 0.4 * cols * colour[::-1])
-    image[height // 3: height // 2, width // 3: width // 2] = 255.0 * rng.uniform(0.5, 1.0, 3)
-    return image.astype(np.uint8)

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from embodied_ros.replay.latency import LatencyBudget, LatencyMeasurement, end_to_end_ms
-from embodied_ros.replay.synthetic import render_view
+from embodied_ros.sim.robot import render_view
 from embodied_ros.replay.topics import TopicMap
 
 

@@ -1,10 +1,11 @@
-"""Synthetic robot episodes: a simulated arm moving between waypoints, seen by simple cameras.
+"""Synthetic robot episodes: the simulated arm of `sim.robot` moving between waypoints, seen by its cameras.
 
 Pure functions of a seeded `SyntheticConfig`, so the same config always gives the same episode:
 the arm follows minimum-jerk moves between random waypoints (the commanded targets, streamed like a
 ros2_control controller at `command_rate_hz`); the measured joint states follow the targets through a
 first-order lag with sensor noise; each camera renders the arm as a stick figure over its own
-background, so images change with the state. `write_episode` stores it as a rosbag2 bag.
+background, so images change with the state. `write_episode` stores it as a rosbag2 bag. The
+synthetic robot of `embodied-ros up` (`nodes/synthetic.py`) is the same arm and cameras, live.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import numpy as np
 
 from embodied_ros.replay import messages as m
 from embodied_ros.replay.topics import TopicMap
-
-ARM_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow", "wrist_flex", "wrist_roll", "wrist_yaw", "gripper")
+from embodied_ros.sim import robot
+from embodied_ros.sim.robot import ARM_JOINTS
 DEFAULT_CAMERAS = {"base_0_rgb": (96, 128), "wrist_0_rgb": (64, 64)}
 EPOCH_NS = 1_767_225_600 * 1_000_000_000  # 2026-01-01T00:00:00Z: recordings start at a realistic stamp
 
@@ -64,65 +65,22 @@ def _ticks(config: SyntheticConfig, rate_hz: float, rng: np.random.Generator) ->
     return config.start_ns + np.round(np.arange(n) * period_ns + np.abs(jitter)).astype(np.int64)
 
 
-def _joint_ranges(names: tuple[str, ...]) -> np.ndarray:
-    """(J, 2) [low, high] per joint: radians for revolute joints, [0, 1] for gripper values."""
-    return np.array([(0.0, 1.0) if n.startswith("gripper") else (-1.2, 1.2) for n in names])
-
-
 def targets_at(config: SyntheticConfig, times_ns: np.ndarray) -> np.ndarray:
     """Commanded positions -> (T, J) over config.joint_names: minimum-jerk moves between waypoints."""
-    rng = np.random.default_rng(config.seed)
-    ranges = _joint_ranges(config.joint_names)
-    n_moves = int(np.ceil(config.duration_s / config.move_duration_s)) + 1
-    waypoints = rng.uniform(ranges[:, 0], ranges[:, 1], size=(n_moves + 1, len(ranges)))  # (M+1, J)
-    waypoints[0] = ranges.mean(axis=1)
-    phase = (np.asarray(times_ns) - config.start_ns) / 1e9 / config.move_duration_s  # (T,)
-    move = np.clip(np.floor(phase).astype(int), 0, n_moves - 1)
-    s = np.clip(phase - move, 0.0, 1.0)[:, None]
-    blend = 10 * s**3 - 15 * s**4 + 6 * s**5  # minimum-jerk profile
-    return waypoints[move] + (waypoints[move + 1] - waypoints[move]) * blend
+    times_s = (np.asarray(times_ns) - config.start_ns) / 1e9
+    return robot.minimum_jerk_targets(config.joint_names, config.seed, config.move_duration_s, config.duration_s,
+                                      times_s)
 
 
 def measured_at(config: SyntheticConfig, times_ns: np.ndarray) -> np.ndarray:
-    """Measured positions -> (T, J): the targets through a first-order lag, plus encoder noise."""
+    """Measured positions -> (T, J): the simulated arm following the targets, plus encoder noise."""
     fine_dt = 1e-3
     fine_t = config.start_ns + np.arange(0, config.duration_s + fine_dt, fine_dt) * 1e9
-    targets = targets_at(config, fine_t)
-    alpha = fine_dt / (config.lag_s + fine_dt)
-    state = np.empty_like(targets)
-    state[0] = targets[0]
-    for i in range(1, len(fine_t)):
-        state[i] = state[i - 1] + alpha * (targets[i] - state[i - 1])
+    state = robot.follow(targets_at(config, fine_t), fine_dt, config.lag_s)
     index = np.clip(np.round((np.asarray(times_ns) - config.start_ns) / 1e9 / fine_dt).astype(int),
                     0, len(fine_t) - 1)
     noise = np.random.default_rng(config.seed + 1).normal(0.0, 1e-3, state[index].shape)
     return state[index] + noise
-
-
-def render_view(view: int, positions: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """One camera's picture of the arm -> (H, W, 3) uint8. `positions` in joint_names order;
-    the first joints drive a planar 3-link stick figure, the gripper opens a disc at its tip."""
-    height, width = size
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    image = np.empty((height, width, 3), np.float32)
-    image[..., 0] = 40 + 60 * x / width + 20 * view
-    image[..., 1] = 50 + 80 * y / height
-    image[..., 2] = 90 - 30 * view
-    angles = np.cumsum(positions[1:4]) + positions[0] * 0.5 * (1 if view % 2 == 0 else -1)
-    link = 0.27 * min(height, width)
-    joint = np.array([width * (0.5 + 0.1 * view), height * 0.85], np.float32)
-    thickness = max(1.5, 0.03 * min(height, width))
-    for k, angle in enumerate(angles):
-        tip = joint + link * np.array([np.sin(angle), -np.cos(angle)], np.float32)
-        seg = tip - joint
-        t = np.clip(((x - joint[0]) * seg[0] + (y - joint[1]) * seg[1]) / max(float(seg @ seg), 1e-6), 0, 1)
-        dist = np.hypot(x - joint[0] - t * seg[0], y - joint[1] - t * seg[1])
-        image[dist < thickness] = (220 - 50 * k, 200, 60 + 60 * k)
-        joint = tip
-    grip = positions[6] if positions.shape[0] > 6 else 0.5
-    radius = thickness * (1.0 + 2.0 * float(np.clip(grip, 0, 1)))
-    image[np.hypot(x - joint[0], y - joint[1]) < radius] = (230, 40, 40)
-    return np.clip(image, 0, 255).astype(np.uint8)
 
 
 def episode_messages(config: SyntheticConfig, topic_map: TopicMap | None = None
@@ -136,7 +94,7 @@ def episode_messages(config: SyntheticConfig, topic_map: TopicMap | None = None
     for view, (camera, size) in enumerate(config.cameras.items()):
         stamps = _ticks(config, config.camera_rate_hz, rng) + int(2e6 * view)
         for stamp, state in zip(stamps, measured_at(config, stamps)):
-            image = m.rgb_to_image(int(stamp), render_view(view, state, size), frame_id=f"{camera}_optical")
+            image = m.rgb_to_image(int(stamp), robot.render_view(view, state, size), frame_id=f"{camera}_optical")
             events.append((int(stamp), 1, topics.cameras[camera], m.IMAGE, image))
     stamps = _ticks(config, config.joint_rate_hz, rng)
     joint_state = m.message_class(m.JOINT_STATE)

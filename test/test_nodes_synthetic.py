@@ -1,0 +1,47 @@
+"""The synthetic robot of `up` and the episodes of `record-synthetic` are one simulated arm with
+one set of cameras (`sim.robot`): the node's joint states and images are those functions' output."""
+
+import numpy as np
+import rclpy
+from rclpy.context import Context
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from embodied_ros.graph.config import load_config
+from embodied_ros.nodes.synthetic import SyntheticRobot
+from embodied_ros.replay.synthetic import SyntheticConfig, measured_at, targets_at
+from embodied_ros.sim import robot
+from embodied_ros.sim.robot import ARM_JOINTS
+from graph_harness import next_domain
+
+CAMERAS = {"front": (24, 32), "wrist": (16, 16)}
+
+
+def test_the_node_moves_and_renders_the_simulated_arm():
+    config = load_config(None, {"synthetic.joint_state_rate_hz": 100.0, "synthetic.arm_time_constant_s": 0.05})
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    try:
+        node = SyntheticRobot(config, CAMERAS, ARM_JOINTS, ARM_JOINTS, context=context)
+        np.testing.assert_array_equal(node.positions, robot.rest_positions(ARM_JOINTS))
+        target = np.linspace(-0.5, 0.5, len(ARM_JOINTS))
+        node._on_command(JointTrajectory(joint_names=list(ARM_JOINTS),
+                                         points=[JointTrajectoryPoint(positions=target.tolist())]))
+        for _ in range(10):
+            node._step_arm()
+        targets = np.vstack([robot.rest_positions(ARM_JOINTS)] + [target] * 10)
+        np.testing.assert_allclose(node.positions, robot.follow(targets, 0.01, 0.05)[-1], rtol=0, atol=1e-12)
+        image = node.make_image("wrist", 0)
+        expected = robot.render_view(1, node.positions, CAMERAS["wrist"])
+        np.testing.assert_array_equal(np.frombuffer(bytes(image.data), np.uint8).reshape(16, 16, 3), expected)
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+def test_episodes_are_the_same_arm_following_the_scripted_targets():
+    config = SyntheticConfig(duration_s=1.0, seed=4)
+    times = config.start_ns + np.arange(0, 1000, 20) * 1_000_000
+    script = robot.minimum_jerk_targets(config.joint_names, 4, config.move_duration_s, 1.0, (times - config.start_ns) / 1e9)
+    np.testing.assert_array_equal(targets_at(config, times), script)
+    fine = robot.follow(targets_at(config, config.start_ns + np.arange(0, 1001) * 1_000_000), 1e-3, config.lag_s)
+    np.testing.assert_allclose(measured_at(config, times), fine[::20][:len(times)], atol=5e-3)  # encoder noise 1e-3
