@@ -93,6 +93,34 @@ def test_checkpoint_converts_with_groups_and_metadata(tmp_path):
                                   tensors["patch_embedding.weight"].reshape(cfg.dim, -1))
 
 
+def test_checkpoint_bundle_carries_a_reference_record_that_catches_regressions(tmp_path, monkeypatch):
+    from embodied_ros.models.lingbot_va import reference
+    from embodied_ros.models.lingbot_va.runtime import LingbotVARuntime
+    from embodied_ros.pipeline.types import StageResult
+
+    cfg = PRESETS["small"]
+    write_random_checkpoint(tmp_path / "ckpt", cfg, seed=0)
+    bundle = open_bundle(convert.convert_checkpoint(tmp_path / "ckpt", tmp_path / "m.gguf", "q8_0"))
+    record = bundle.reference
+    assert record.fields["kind"] == "world_action" and record.tolerance == reference.TOLERANCE
+    assert record.expected["actions"].shape == (cfg.chunk_size, cfg.action_dim)
+    assert record.expected["world_latents"].shape == cfg.world_noise_shape
+    assert sorted(record.inputs) == sorted([*(f"image_{c}" for c in cfg.camera_names), "state"])
+    error, tolerance = lingbot_va.verify_reference(bundle, "numba")
+    assert error <= tolerance
+
+    predict_world = LingbotVARuntime.predict_world
+
+    def slightly_off(self, prefix, noise=None):  # the predicted frames' keys 1 % off
+        world = predict_world(self, prefix, noise)
+        return StageResult(world.stage, world.stamp_ns, {**world.tensors, "world_k": world.tensors["world_k"] * 0.99},
+                           world.meta)
+
+    monkeypatch.setattr(LingbotVARuntime, "predict_world", slightly_off)
+    error, tolerance = lingbot_va.verify_reference(bundle, "numba")
+    assert error > tolerance
+
+
 def test_checkpoint_with_a_missing_tensor_is_refused(tmp_path):
     write_random_checkpoint(tmp_path / "ckpt", PRESETS["small"], seed=0)
     tensors = load_file(tmp_path / "ckpt" / WEIGHTS_FILE)

@@ -32,9 +32,14 @@ def load_runtime(bundle, backend: str = "numba"):
 
 
 def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
-    """Run the bundle's reference record: (largest max-abs error over its cases, tolerance)."""
+    """Run the bundle's reference record: (largest max-abs error over its cases, tolerance). A
+    blocks-only bundle reruns its recorded Wan block cases; a whole model its world-action case."""
+    from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
     from embodied_ros.models.lingbot_va.parity import run_block_reference
+    from embodied_ros.models.lingbot_va.reference import verify
 
+    if BLOCKS_ONLY not in bundle.config:
+        return verify(bundle, backend)
     results = run_block_reference(bundle, backend)
     return max(r.max_abs_error for r in results), results[0].tolerance
 

@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file
 
-from embodied_ros.bundle import BundleWriter, QuantPlan, ReferenceRecord, RobotMetadata
+from embodied_ros.bundle import BundleWriter, QuantPlan, ReferenceRecord, RobotMetadata, open_bundle
 from embodied_ros.models.lingbot_va import checkpoint, naming
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE
+from embodied_ros.models.lingbot_va.reference import make_reference
 from embodied_ros.models.lingbot_va.transformer import tensor_shapes
 
 BLOCK_FILE, BLOCK_CONFIG, BLOCK_CASES = "block.safetensors", "config.json", "cases.npz"
@@ -64,7 +65,9 @@ def family_plan(plan: QuantPlan | str | None) -> QuantPlan:
 
 def convert_checkpoint(source: Path, output: Path, quant_plan: QuantPlan | str | None = None,
                        progress: bool = False) -> Path:
-    """The whole model: config, weights, normalization stats, tokenizer, solver and robot metadata."""
+    """The whole model: config, weights, normalization stats, tokenizer, solver and robot metadata,
+    and a reference record: the bundle is written, run once by the numpy backend on a fixed case
+    (reference.py), and written again with that run recorded."""
     cfg, tensors, tokenizer = checkpoint.read_checkpoint(source)
     weights = naming.convert_tensors(tensors)
     expected = tensor_shapes(cfg)
@@ -79,6 +82,8 @@ def convert_checkpoint(source: Path, output: Path, quant_plan: QuantPlan | str |
     writer.set_solver({"method": "euler", "world_steps": cfg.world_steps, "action_steps": cfg.action_steps})
     writer.set_robot(RobotMetadata(cfg.state_names, cfg.action_names, cfg.action_period_s))
     writer.set_source(str(source))
+    writer.write(output, progress=progress)
+    writer.set_reference(make_reference(open_bundle(output, architecture=ARCHITECTURE)))
     return writer.write(output, progress=progress)
 
 
