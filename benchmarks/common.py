@@ -30,6 +30,11 @@ TORCH_REFERENCE_SCRIPT = BENCHMARKS_DIR / "torch_reference.py"
 DEFAULT_REFERENCE_PYTHON = "/tmp/ref_venv/bin/python"
 REFERENCE_PYTHON_ENV = "EMBODIED_ROS_REF_PYTHON"
 EXIT_REFERENCE_MISSING = 3  # torch_reference.py: torch / lerobot / diffusers not importable
+# Process-wide settings embodied_ros makes for itself (kernels/_jit.py: its OpenMP threads sleep
+# between regions). The PyTorch reference runs with the value this process started with instead:
+# passive waiting would slow torch's own OpenMP pool (pi05_small chunk ~80 -> ~140 ms).
+RUNTIME_ONLY_VARIABLES = ("OMP_WAIT_POLICY",)
+_ENVIRONMENT_AT_START = {name: os.environ.get(name) for name in RUNTIME_ONLY_VARIABLES}
 
 
 # ---------------------------------------------------------------- timing and memory
@@ -253,6 +258,17 @@ def reference_python() -> str:
     return os.environ.get(REFERENCE_PYTHON_ENV, DEFAULT_REFERENCE_PYTHON)
 
 
+def reference_environment() -> dict[str, str]:
+    """The environment of the reference process: this one's, offline, without the runtime's own settings."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    for name, value in _ENVIRONMENT_AT_START.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
 def run_torch_reference(mode: str, *, tokens: int | None = None, prefix_tokens: int | None = None,
                         text_tokens: int | None = None, repeats: int | None = None, warmup: int | None = None,
                         dtype: str | None = None, threads: int | None = None,
@@ -272,8 +288,7 @@ def run_torch_reference(mode: str, *, tokens: int | None = None, prefix_tokens: 
                         ("--threads", threads), ("--record", record)):
         if value is not None:
             cmd += [flag, str(value)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=reference_environment())
     if proc.returncode == EXIT_REFERENCE_MISSING:
         raise ReferenceUnavailable(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else
                                    "reference packages missing")

@@ -92,3 +92,14 @@ def test_missing_reference_interpreter_is_reported(monkeypatch):
     monkeypatch.setenv(common.REFERENCE_PYTHON_ENV, "/nonexistent/ref/bin/python")
     with pytest.raises(common.ReferenceUnavailable, match="/nonexistent/ref/bin/python"):
         common.run_torch_reference("siglip_layer")
+
+
+def test_reference_runs_without_the_runtimes_process_settings(monkeypatch):
+    import embodied_ros.kernels  # noqa: F401  (sets OMP_WAIT_POLICY for the runtime's own threads)
+    monkeypatch.setitem(common._ENVIRONMENT_AT_START, "OMP_WAIT_POLICY", None)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    env = common.reference_environment()
+    assert "OMP_WAIT_POLICY" not in env and env["OPENBLAS_NUM_THREADS"] == "2" and env["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.setitem(common._ENVIRONMENT_AT_START, "OMP_WAIT_POLICY", "active")  # the caller's own choice
+    assert common.reference_environment()["OMP_WAIT_POLICY"] == "active"

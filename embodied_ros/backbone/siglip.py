@@ -30,8 +30,8 @@ def patchify(images: np.ndarray, patch: int) -> np.ndarray:
     return grid.transpose(0, 2, 4, 1, 3, 5).reshape(n, rows * cols, channels * patch * patch)
 
 
-def _encoder_layer(ks, cfg: VisionConfig, w: Mapping[str, Any], x: np.ndarray, n_cameras: int) -> np.ndarray:
-    # x: [N*T, W]
+def encoder_layer(ks, cfg: VisionConfig, w: Mapping[str, Any], x: np.ndarray, n_cameras: int) -> np.ndarray:
+    """One encoder layer over the tokens of N cameras, x: [N*T, W] -> [N*T, W] (attention per camera)."""
     tokens = x.shape[0] // n_cameras
     h = ks.layer_norm(x, w["ln1.weight"], w["ln1.bias"], cfg.eps)
     qkv = ks.linear(h, w["attn_qkv.weight"], w["attn_qkv.bias"]).reshape(n_cameras, tokens, 3, cfg.num_heads,
@@ -60,7 +60,7 @@ def image_tokens(ks, cfg: VisionConfig, weights: Mapping[str, Any], layers: list
                   weights["vision.patch.weight"], weights["vision.patch.bias"])
     x = (x.reshape(n, cfg.tokens_per_camera, cfg.width) + weights["vision.position"]).reshape(-1, cfg.width)
     for layer in layers:
-        x = _encoder_layer(ks, cfg, layer, x, n)
+        x = encoder_layer(ks, cfg, layer, x, n)
     x = ks.layer_norm(x, weights["vision.post_ln.weight"], weights["vision.post_ln.bias"], cfg.eps)
     projected = ks.linear(x, weights["projector.weight"], weights["projector.bias"])
     return projected.reshape(n, cfg.tokens_per_camera, -1)

@@ -55,7 +55,8 @@ def _silu(x: np.ndarray) -> np.ndarray:
     return x / (np.float32(1.0) + np.exp(-x))
 
 
-def _modulation(ks, dense_weight: Any, dense_bias: np.ndarray, cond: np.ndarray) -> Modulation:
+def modulation(ks, dense_weight: Any, dense_bias: np.ndarray, cond: np.ndarray) -> Modulation:
+    """(scale, shift, gate) of one adaptive norm from the time conditioning cond [1, E]."""
     scale, shift, gate = np.split(ks.linear(cond, dense_weight, dense_bias)[0], 3)
     return scale, shift, gate[None, :]
 
@@ -69,9 +70,9 @@ def step_conditioning(ks, weights: Mapping[str, Any], layers: Sequence[Mapping[s
     cond = _silu(ks.linear(hidden, weights["time_out.weight"], weights["time_out.bias"]))  # [1, E]
     return StepConditioning(
         t=float(t),
-        attn=tuple(_modulation(ks, w["attn_norm.weight"], w["attn_norm.bias"], cond) for w in layers),
-        ffn=tuple(_modulation(ks, w["ffn_norm.weight"], w["ffn_norm.bias"], cond) for w in layers),
-        final=_modulation(ks, weights["expert.final_norm.weight"], weights["expert.final_norm.bias"], cond),
+        attn=tuple(modulation(ks, w["attn_norm.weight"], w["attn_norm.bias"], cond) for w in layers),
+        ffn=tuple(modulation(ks, w["ffn_norm.weight"], w["ffn_norm.bias"], cond) for w in layers),
+        final=modulation(ks, weights["expert.final_norm.weight"], weights["expert.final_norm.bias"], cond),
     )
 
 
