@@ -120,6 +120,9 @@ def test_output_bag_metrics_and_report(episode_bag, tmp_path):
         assert f'alt="{title}"' in page
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(images) >= 4 and all(len(i) > 1000 for i in images)
+    summary = page[:page.index("<h2>metrics.json")]
+    assert "<td>whole step (wall)</td><td>10</td>" in summary  # lock-step: no empty end-to-end row
+    assert "end to end" not in summary
 
 
 def test_replay_with_a_missing_camera_is_an_error_or_a_partial_result(tmp_path):

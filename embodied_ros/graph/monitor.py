@@ -3,18 +3,17 @@ Feeds the live summary and the final report of `embodied-ros up` (and the latenc
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import Counter, defaultdict
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from embodied_ros.graph.stats import percentiles
+from embodied_ros.graph.stats import percentiles, reason_kind
 from embodied_ros.graph.topics import COMMAND_TOPICS, DIAGNOSTICS, TIMING
 from embodied_ros.inputs.stamps import time_to_ns
 from embodied_ros.msg import StageTiming
@@ -31,6 +30,7 @@ class GraphMonitor(Node):
         self.command_stamps: list[int] = []  # controller tick stamps (JointTrajectory only)
         self.command_arrivals: list[int] = []  # monotonic ns at arrival
         self.controller_message = ""
+        self.input_problem = ""  # the observation node's newest complaint about the inputs
         self.hold_reasons: Counter[str] = Counter()
         self.create_subscription(StageTiming, TIMING, self._on_timing, 200)
         self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 50)
@@ -50,11 +50,15 @@ class GraphMonitor(Node):
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
-            if status.name.endswith(": controller") and status.message != self.controller_message:
+            if status.name.endswith(": controller"):
                 with self.lock:
+                    changed = reason_kind(status.message) != reason_kind(self.controller_message)
                     self.controller_message = status.message
-                    if status.message.startswith("holding: "):
-                        self.hold_reasons[_reason_kind(status.message[len("holding: "):])] += 1
+                    if changed and status.message.startswith("holding: "):  # a new hold, not a new age
+                        self.hold_reasons[reason_kind(status.message[len("holding: "):])] += 1
+            elif status.name.endswith(": observation") and status.level != DiagnosticStatus.OK:
+                with self.lock:
+                    self.input_problem = status.message
 
     def first_chunk_s(self, since_s: float) -> float | None:
         """Seconds from `since_s` (monotonic) to the first action chunk's timing; None if none came."""
@@ -94,7 +98,3 @@ class GraphMonitor(Node):
             result[f"{name}_period_error_ms_p50"], result[f"{name}_period_error_ms_p99"] = p50, p99
         return result
 
-
-def _reason_kind(reason: str) -> str:
-    """A hold reason with its numbers replaced by N, so repeated holds of one kind count together."""
-    return re.sub(r"-?\d+(\.\d+)?", "N", reason)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import deque
 
@@ -92,6 +93,12 @@ class PeriodStats:
     def summary(self) -> dict[str, float]:
         p50, p99 = percentiles(self.errors_ms())
         return {"period_error_ms_p50": p50, "period_error_ms_p99": p99}
+
+
+def reason_kind(reason: str) -> str:
+    """A reason with its measured numbers replaced by N ("... 612 ms old (limit 500 ms)" -> "... N ms
+    old (limit N ms)"), so repeats of one kind compare equal; numbers inside names (base_0_rgb) stay."""
+    return re.sub(r"(?<![\w.])-?\d+(\.\d+)?([eE][-+]?\d+)?(?![\w.])", "N", reason)
 
 
 def diagnostic_status(name: str, hardware_id: str, level: bytes, message: str,

@@ -19,6 +19,7 @@ from embodied_ros.graph.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.graph.spinning import SpinThread
+from embodied_ros.nodes.controller import WAITING_FOR_FIRST_CHUNK
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.nodes.synthetic import SyntheticRobot
 from embodied_ros.pipeline.stages import Runtime
@@ -35,8 +36,9 @@ class UpReport:
     first_chunk_s: float | None  # from every node being active to the first action chunk
     stages: dict[str, dict[str, float]]
     commands: dict[str, float]
-    hold_reasons: dict[str, int]
+    hold_reasons: dict[str, int]  # kind of hold (numbers as N) -> how often the controller entered it
     exited: dict[str, int] = field(default_factory=dict)  # separate layout: nodes that ended early
+    input_problem: str = ""  # the observation node's last complaint about the inputs, if any
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,7 +49,11 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
            print_fn: Callable[[str], None] = print, runtime: Runtime | None = None) -> UpReport:
     """Run the graph for `duration_s` seconds (after start-up) and report; Ctrl-C ends it early.
     `runtime`: an already loaded runtime for a composed graph (default: load the config's bundle)."""
-    runtime = runtime or acquire_runtime(config)
+    loading = time.monotonic()
+    if runtime is None:
+        runtime = acquire_runtime(config)
+        print_fn(f"loaded {config.bundle} ({runtime.spec.architecture}, {config.backend} kernels) in "
+                 f"{time.monotonic() - loading:.1f} s")
     spec = runtime.spec
     # with separate processes this process talks to the nodes over their transports
     with using_dds_environment() if config.layout == "separate" else contextlib.nullcontext():
@@ -87,8 +93,8 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         for node in nodes:
             node.destroy_node()
         rclpy.try_shutdown(context=context)
-    return UpReport(config.layout, config.bundle, ran_s, first_chunk_s,
-                    monitor.stage_summary(), monitor.command_summary(), dict(monitor.hold_reasons), exited)
+    return UpReport(config.layout, config.bundle, ran_s, first_chunk_s, monitor.stage_summary(),
+                    monitor.command_summary(), dict(monitor.hold_reasons), exited, monitor.input_problem)
 
 
 def _start_graph(config, runtime, context, namespace, remaps, domain_id):
@@ -123,34 +129,51 @@ def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, sta
 
 
 def live_line(monitor: GraphMonitor, elapsed_s: float, window_s: float) -> str:
+    """One line per period: each stage's rate and compute time (p50), the chunk age, the command
+    stream's rate and period error (p99, on arrival), the controller's state; over the last `window_s`."""
     since = time.monotonic() - window_s
-    parts = [f"{elapsed_s:6.1f}s"]
-    for stage, row in monitor.stage_summary(since).items():
-        parts.append(f"{stage} {row['rate_hz']:.1f}Hz {row['compute_ms_p50']:.1f}ms")
     stages = monitor.stage_summary(since)
+    parts = [f"{elapsed_s:6.1f}s"]
+    for stage, row in stages.items():
+        parts.append(f"{stage} {row['rate_hz']:.1f}Hz {_ms(row['compute_ms_p50'], 1)}")
     if "action" in stages:
-        parts.append(f"chunk age {stages['action']['staleness_ms_p50']:.0f}ms")
+        parts.append(f"chunk age {_ms(stages['action']['staleness_ms_p50'], 0)}")
     commands = monitor.command_summary(time.monotonic_ns() - int(window_s * 1e9))
-    parts.append(f"cmd {commands['rate_hz']:.1f}Hz err p99 {commands['arrival_period_error_ms_p99']:.1f}ms")
+    parts.append(f"cmd {commands['rate_hz']:.1f}Hz period err p99 {_ms(commands['arrival_period_error_ms_p99'], 1)}")
     parts.append(f"controller: {monitor.controller_message or '-'}")
     return " | ".join(parts)
+
+
+def _ms(value: float, decimals: int) -> str:
+    return "-" if value != value else f"{value:.{decimals}f}ms"  # NaN: nothing measured yet
 
 
 def format_report(report: UpReport) -> str:
     lines = [f"embodied-ros up: {report.layout}, {report.duration_s:.1f} s, bundle {report.bundle}"]
     if report.first_chunk_s is not None:
         lines.append(f"first action chunk after {report.first_chunk_s:.1f} s")
-    lines.append(f"{'stage':<12}{'runs':>6}{'rate Hz':>9}{'compute p50':>13}{'p99 ms':>8}"
-                 f"{'staleness p50':>15}{'p99 ms':>8}")
-    for stage, row in report.stages.items():
-        lines.append(f"{stage:<12}{row['runs']:>6}{row['rate_hz']:>9.2f}{row['compute_ms_p50']:>13.1f}"
-                     f"{row['compute_ms_p99']:>8.1f}{row['staleness_ms_p50']:>15.1f}{row['staleness_ms_p99']:>8.1f}")
+    else:
+        why = f": the inputs were refused ({report.input_problem})" if report.input_problem else ""
+        lines.append(f"no action chunk in {report.duration_s:.1f} s{why}")
+    if report.stages:
+        lines.append(f"{'stage':<12}{'runs':>6}{'rate Hz':>9}{'compute p50':>13}{'p99 ms':>8}"
+                     f"{'staleness p50':>15}{'p99 ms':>8}")
+        for stage, row in report.stages.items():
+            lines.append(f"{stage:<12}{row['runs']:>6}{row['rate_hz']:>9.2f}{row['compute_ms_p50']:>13.1f}"
+                         f"{row['compute_ms_p99']:>8.1f}{row['staleness_ms_p50']:>15.1f}{row['staleness_ms_p99']:>8.1f}")
+        lines.append("  (staleness: age of the observation behind each output when it was published)")
     c = report.commands
     lines.append(f"commands: {c['commands']:.0f} at {c['rate_hz']:.2f} Hz; period error p50/p99: "
-                 f"{c['tick_period_error_ms_p50']:.2f}/{c['tick_period_error_ms_p99']:.2f} ms at the controller, "
-                 f"{c['arrival_period_error_ms_p50']:.2f}/{c['arrival_period_error_ms_p99']:.2f} ms on arrival")
-    if report.hold_reasons:
-        lines.append("holds: " + "; ".join(f"{n}x {reason}" for reason, n in report.hold_reasons.items()))
+                 f"{_pair(c, 'tick')} ms at the controller, {_pair(c, 'arrival')} ms on arrival")
+    holds = {reason: n for reason, n in report.hold_reasons.items() if reason != WAITING_FOR_FIRST_CHUNK}
+    if report.first_chunk_s is not None:
+        lines.append("holds after the first chunk: " + ("; ".join(f"{n}x {reason}" for reason, n in holds.items())
+                                                       if holds else "none"))
     if report.exited:
         lines.append(f"node processes that ended early: {report.exited}")
     return "\n".join(lines)
+
+
+def _pair(commands: dict[str, float], source: str) -> str:
+    values = (commands[f"{source}_period_error_ms_p50"], commands[f"{source}_period_error_ms_p99"])
+    return "-" if any(v != v for v in values) else f"{values[0]:.2f}/{values[1]:.2f}"

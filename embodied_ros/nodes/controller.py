@@ -21,7 +21,7 @@ from trajectory_msgs.msg import JointTrajectory
 from embodied_ros.deploy import ActionMapping, Command, CommandLogic, JointLimits, TimedChunk
 from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_array, joint_trajectory
 from embodied_ros.graph.schedule import LockstepGate
-from embodied_ros.graph.stats import PeriodStats, diagnostic_status, status_values
+from embodied_ros.graph.stats import PeriodStats, diagnostic_status, reason_kind, status_values
 from embodied_ros.graph.topics import (
     ACTION_CHUNK, COMMAND_TOPICS, COMMANDED, INPUT_STATUS, JOINT_STATES, command_qos, sensor_qos, stage_qos, status_qos,
 )
@@ -30,9 +30,11 @@ from embodied_ros.inputs import InputError, JointStateSelector
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import ActionChunk
 from embodied_ros.nodes.base import HARDWARE_ID, GraphNode
+from embodied_ros.nodes.state_log import StateLog
 from embodied_ros.pipeline.types import ActionChunkResult
 
 DEACTIVATED = "controller deactivated"
+WAITING_FOR_FIRST_CHUNK = "waiting for the first action chunk"  # start-up: no warning
 
 
 class ControllerNode(GraphNode):
@@ -52,6 +54,7 @@ class ControllerNode(GraphNode):
         self._last_chunk: ActionChunkResult | None = None
         self._last_joint_state: JointState | None = None
         self.hold_reason: str | None = None
+        self.state_log = StateLog(self.get_logger())
         self.commands_sent = self.holds = self.limited = 0
         self._timer = None
         if settings.joints:
@@ -145,7 +148,7 @@ class ControllerNode(GraphNode):
 
     def _command(self, tick_ns: int) -> None:
         if self.logic is None:
-            self._note_hold("waiting for the first action chunk")
+            self._note_hold(WAITING_FOR_FIRST_CHUNK)
             return
         command = self.logic.tick(tick_ns + self.lead_ns)
         if command is None:
@@ -199,15 +202,14 @@ class ControllerNode(GraphNode):
             self.logic.set_input_status(ok, reason, now_ns)
 
     def _note_hold(self, reason: str) -> None:
-        if reason == self.hold_reason:
-            return
-        if reason:
-            self.holds += 1
-            self.get_logger().warning(f"holding: {reason}")
-        elif self.hold_reason is not None:
-            self.get_logger().info("streaming the action chunk")
+        """The state of this tick: holding for `reason`, or streaming ("")."""
+        self.state_log.update(f"holding: {reason}" if reason else "streaming the action chunk",
+                              "warning" if reason and reason != WAITING_FOR_FIRST_CHUNK else "info")
+        new_state = self.hold_reason is None or reason_kind(reason) != reason_kind(self.hold_reason)
         self.hold_reason = reason
-        self.publish_diagnostics()  # a change of state is reported at once, not at the next period
+        if new_state:  # not a mere new age in the same reason
+            self.holds += int(bool(reason))
+            self.publish_diagnostics()  # a change of state is reported at once, not at the next period
 
     # diagnostics --------------------------------------------------------------------------------
 

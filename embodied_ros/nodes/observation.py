@@ -26,6 +26,7 @@ from embodied_ros.inputs.latest import InputSample
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import StageOutput
 from embodied_ros.nodes.base import HARDWARE_ID, GraphNode
+from embodied_ros.nodes.state_log import StateLog
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.pipeline.types import Observation
 
@@ -51,6 +52,7 @@ class ObservationNode(GraphNode):
         self.instruction = ""
         self.instruction_error: InputError | None = InputError("instruction: no message received yet")
         self.sequence = 0
+        self.state_log = StateLog(self.get_logger(), initial="inputs ok")
         self.pending_steps: list[int] = []
         self._timer = None
         qos = sensor_qos(inputs.reliability, self.lockstep)
@@ -148,12 +150,13 @@ class ObservationNode(GraphNode):
         compute_ms = (time.perf_counter() - started) * 1e3
         staleness_ms = (now_ns - observation.stamp_ns) / 1e6
         self._publish_status("", step, now_ns)
+        self.state_log.update("inputs ok")
         self.publish_timing(step, self.sequence, observation.stamp_ns, compute_ms, staleness_ms, now_ns)
         self.stats.record_run(time.monotonic_ns(), compute_ms, staleness_ms)
 
     def _refuse(self, reason: str, step: int, now_ns: int) -> None:
         self.stats.record_skip(reason, DiagnosticStatus.ERROR)
-        self.get_logger().warning(f"holding: {reason}", throttle_duration_sec=2.0)
+        self.state_log.update(f"inputs refused: {reason}", "warning")
         self._publish_status(reason, step, now_ns)
         if self.lockstep:
             self.output_publisher.publish(encode_output(self.stage, 0, step, None, now_ns, None))

@@ -114,6 +114,6 @@ def report_series(episode: Episode, record: ReplayRecord, stale_after_ms: float)
     return ReportSeries(
         start_ns=episode.start_ns, joint_names=record.chunks[0][1].joint_names if record.chunks else (),
         chunks=chunks, reference=episode.commands, commands=record.command_series("streamed"),
-        stage_ms=stage_ms, end_to_end_ms=record.end_to_end_ms or record.step_wall_ms,
+        stage_ms=stage_ms, end_to_end_ms=record.end_to_end_ms, step_wall_ms=record.step_wall_ms,
         staleness=(produced, record.input_age_ms), stale_after_ms=stale_after_ms,
     )

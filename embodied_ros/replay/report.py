@@ -32,7 +32,8 @@ class ReportSeries:
     reference: JointSeries | None = None  # recorded commands
     commands: JointSeries | None = None  # commands the controller produced during replay
     stage_ms: Mapping[str, Sequence[float]] = field(default_factory=dict)  # stage -> compute times
-    end_to_end_ms: Sequence[float] = ()
+    end_to_end_ms: Sequence[float] = ()  # realtime: input published -> chunk received
+    step_wall_ms: Sequence[float] = ()  # lock-step: wall time of each whole step
     staleness: tuple[Sequence[int], Sequence[float]] = ((), ())  # (output stamps ns, staleness ms)
     stale_after_ms: float | None = None
 
@@ -55,7 +56,9 @@ def render_html(metrics: Mapping, series: ReportSeries) -> str:
         ("Error by chunk offset", _plot_offsets(metrics.get("actions", {}))),
         ("Latency per stage", _plot_latency(series)),
         ("Staleness over time", _plot_staleness(series)),
-        ("Command period", _plot_command_period(series)),
+        ("Command period" + (" (lock-step: the controller's ticks on the step clock)"
+                             if metrics.get("run", {}).get("mode") == "lockstep" else ""),
+         _plot_command_period(series)),
     ]
     parts = [f"<h1>Replay report: {html.escape(str(metrics.get('bag', {}).get('path', '')))}</h1>",
              _notes_html(metrics), _summary_html(metrics)]
@@ -94,10 +97,10 @@ def _summary_html(metrics: Mapping) -> str:
     parts = [_table(["mode", "steps", "chunks", "wall s"],
                     [[run.get("mode"), run.get("steps"), run.get("chunks"), run.get("wall_s")]])]
     latency = metrics.get("latency", {})
-    dists = {"end to end": latency.get("end_to_end_ms"), **latency.get("stages_ms", {}),
-             "staleness": metrics.get("staleness")}
+    dists = {"end to end": latency.get("end_to_end_ms"), "whole step (wall)": latency.get("step_wall_ms"),
+             **latency.get("stages_ms", {}), "staleness (input age)": metrics.get("staleness")}
     rows = [[name, d.get("count"), d.get("p50"), d.get("p95"), d.get("p99"), d.get("max")]
-            for name, d in dists.items() if d]
+            for name, d in dists.items() if d and d.get("count")]
     parts.append("<h2>Latency (ms)</h2>" + _table(["", "n", "p50", "p95", "p99", "max"], rows))
     actions = metrics.get("actions", {})
     if actions.get("available"):
@@ -109,7 +112,7 @@ def _summary_html(metrics: Mapping) -> str:
         parts.append(f"<p>No action error: {html.escape(str(actions.get('reason')))}</p>")
     frames = metrics.get("frames", {})
     if frames:
-        parts.append("<h2>Frames</h2>" + _table(["camera", "recorded", "used", "dropped"],
+        parts.append("<h2>Frames</h2>" + _table(["camera", "recorded", "used", "not encoded (dropped)"],
                                                 [[c, f["recorded"], f["used"], f["dropped"]] for c, f in frames.items()]))
     return "\n".join(parts)
 
@@ -188,8 +191,9 @@ def _plot_offsets(actions: Mapping) -> str | None:
 
 def _plot_latency(series: ReportSeries) -> str | None:
     samples = {name: np.asarray(v, float) for name, v in series.stage_ms.items() if len(v)}
-    if len(series.end_to_end_ms):
-        samples["end to end"] = np.asarray(series.end_to_end_ms, float)
+    for label, values in (("end to end", series.end_to_end_ms), ("whole step (wall)", series.step_wall_ms)):
+        if len(values):
+            samples[label] = np.asarray(values, float)
     if not samples:
         return None
     plt = _pyplot()
