@@ -156,7 +156,10 @@ class ObservationNode(GraphNode):
 
     def _refuse(self, reason: str, step: int, now_ns: int) -> None:
         self.stats.record_skip(reason, DiagnosticStatus.ERROR)
-        self.state_log.update(f"inputs refused: {reason}", "warning")
+        if self.sequence:
+            self.state_log.update(f"inputs refused: {reason}", "warning")
+        else:  # start-up: nothing has come yet, or not everything
+            self.state_log.update(f"waiting for inputs: {reason}", "info")
         self._publish_status(reason, step, now_ns)
         if self.lockstep:
             self.output_publisher.publish(encode_output(self.stage, 0, step, None, now_ns, None))
