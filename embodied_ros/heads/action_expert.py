@@ -80,21 +80,13 @@ def expert_layer(ks, cfg: "GemmaConfig", w: Mapping[str, Any], x: np.ndarray, ca
                  cache_values: np.ndarray, cache_bias: np.ndarray | None, attn: Modulation, ffn: Modulation,
                  rope: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """One expert layer: x [C, E] -> [C, E], reading its LM layer's cache [n, K, d] (bias [n] or None).
-
-    The products run feature-major (`linear_t`, W @ h^T: faster than h @ W^T at ~50 rows); only
-    the residual stream and attention stay token-major, reading the products as transposed views.
-    """
+    The Gemma products (backbone/gemma.py) return feature-major updates, added as transposed views."""
     scale, shift, gate = attn
-    h = ks.ada_rms_norm(x, scale, shift, cfg.eps)
-    queries, keys, values = gemma.split_qkv(ks, cfg, ks.linear_t(h, w["attn_qkv.weight"]).T, *rope)
+    queries, keys, values = gemma.project_qkv(ks, cfg, w, ks.ada_rms_norm(x, scale, shift, cfg.eps), *rope)
     attended = ks.cached_attention(queries, cache_keys, cache_values, cache_bias, keys, values)
-    x = ks.gated_residual(x, ks.linear_t(attended.reshape(x.shape[0], -1), w["attn_out.weight"]).T, gate)
+    x = ks.gated_residual(x, gemma.attention_output(ks, w, attended).T, gate)
     scale, shift, gate = ffn
-    h = ks.ada_rms_norm(x, scale, shift, cfg.eps)
-    gate_up = ks.linear_t(h, w["ffn_gate_up.weight"])  # [2F, C]: gate rows, then up rows
-    half = gate_up.shape[0] // 2
-    update = ks.linear_t(ks.gelu_tanh_mul(gate_up[:half], gate_up[half:]).T, w["ffn_down.weight"])
-    return ks.gated_residual(x, update.T, gate)
+    return ks.gated_residual(x, gemma.feed_forward(ks, w, ks.ada_rms_norm(x, scale, shift, cfg.eps)).T, gate)
 
 
 def velocity(ks, cfg: "GemmaConfig", weights: Mapping[str, Any], layers: Sequence[Mapping[str, Any]],
