@@ -122,11 +122,12 @@ def _row_max(row):  # pragma: no cover - compiled
 
 
 @jit(fastmath=_FAST)
-def _softmax_rows(scores, scale, bias, bias_row_stride, key_bias):  # pragma: no cover - compiled
-    # scores: [G, R, Tk] raw dot products, softmaxed in place; row r of each group reads
-    # bias[r // bias_row_stride] ([Tq, Tk], or [0, 0] for none) and key_bias ([Tk], or [0]).
-    # Without a bias the scale moves into the exponent: max(s * scale) = max(s) * scale for
-    # scale > 0, which saves a pass over the row.
+def _softmax_numerators(scores, scale, bias, bias_row_stride, key_bias, inv_totals):  # pragma: no cover
+    # scores: [G, R, Tk] raw dot products -> exp(s - max) in place, and 1 / sum of each row into
+    # inv_totals [G, R]: the caller scales the weighted sum's rows instead of these longer ones.
+    # Row r of each group reads bias[r // bias_row_stride] ([Tq, Tk], or [0, 0] for none) and
+    # key_bias ([Tk], or [0]). Without a bias the scale moves into the exponent: max(s * scale) =
+    # max(s) * scale for scale > 0, which saves a pass over the row.
     groups, rows, keys = scores.shape
     for g in range(groups):
         for r in range(rows):
@@ -147,9 +148,7 @@ def _softmax_rows(scores, scale, bias, bias_row_stride, key_bias):  # pragma: no
                 e = exp_f32((row[j] - top) * factor)
                 row[j] = e
                 total += e
-            inv = np.float32(1.0) / total
-            for j in range(keys):
-                row[j] *= inv
+            inv_totals[g, r] = np.float32(1.0) / total
 
 
 _NO_BIAS_2D = np.zeros((0, 0), np.float32)
@@ -179,15 +178,17 @@ def _grouped(q, keys, values, bias, key_bias):
 
     Rows of group g are (query i, head j of the group) in that order, so one GEMM per kv head
     computes every score; with a single kv head (Gemma, the pi0.5 expert) the whole attention is
-    two GEMMs and one softmax pass.
+    two GEMMs and one softmax pass, whose normalization is applied to the [rows, d] result.
     """
     n_queries, n_heads, width = q.shape
     n_keys, n_kv = keys.shape[0], keys.shape[1]
     group = n_heads // n_kv
     q_groups = q.reshape(n_queries, n_kv, group, width).transpose(1, 0, 2, 3).reshape(n_kv, n_queries * group, width)
     scores = np.matmul(q_groups, keys.transpose(1, 2, 0), out=_score_buffer((n_kv, n_queries * group, n_keys)))
-    _softmax_rows(scores, np.float32(width ** -0.5), bias, group, key_bias)
+    inv_totals = np.empty((n_kv, n_queries * group), np.float32)
+    _softmax_numerators(scores, np.float32(width ** -0.5), bias, group, key_bias, inv_totals)
     out = np.matmul(scores, values.transpose(1, 0, 2))  # [Hkv, Tq * group, d]
+    out *= inv_totals[:, :, None]
     return out.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
 
 
