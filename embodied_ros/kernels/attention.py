@@ -13,7 +13,8 @@ cached_attention  a few new tokens reading [cached prefix ; themselves]: the act
 
 The CPU kernel leaves the two matrix products to BLAS (queries of all heads sharing a kv head form
 one matrix, so a single kv head means one GEMM for all scores) and fuses scaling, masking and the
-softmax into one numba pass over the scores, with the vectorizable exp of `_vector_math`.
+softmax's exponentials into one numba pass over the scores, with the vectorizable exp of
+`_vector_math`; the 1/sum of each row scales the (shorter) rows of the result.
 """
 
 from __future__ import annotations
