@@ -3,6 +3,7 @@
     python benchmarks/bench_pi05.py [--parts small,layers,quant] [--repeats 5] [--rounds 3]
                                     [--threads 2] [--torch-python PATH | --no-torch]
                                     [--record test/data/pi05_small] [--workdir /tmp/bench_pi05]
+                                    [--openblas-kernels env|auto|NAME] [--section-suffix S]
                                     [--rewrite] [--no-write]
 
 Parts, each written to its own BENCHMARKS.md section:
@@ -16,6 +17,11 @@ Parts, each written to its own BENCHMARKS.md section:
           product measured in the same run.
   quant   (pi05_small_quantized) Q8_0 and Q4_K bundles of the record: file and weight bytes against
           F32, max abs action error on every case of the record, chunk latency, `bundle verify`.
+
+numpy's OpenBLAS picks its CPU kernels when it loads, from the CPU or from OPENBLAS_CORETYPE;
+--openblas-kernels auto drops that variable for this run (and its subprocesses), NAME sets it,
+env (the default) leaves the environment alone. The machine line names the kernels in use.
+PyTorch runs MKL and is not affected.
 
 The two sides alternate: each of --rounds rounds runs this runtime --repeats times (after one
 untimed warm-up) and then the PyTorch reference --repeats times in its own process, so both see
@@ -58,6 +64,9 @@ def parse_args(argv=None):
     parser.add_argument("--record", type=Path, default=common.REPO_ROOT / "test" / "data" / "pi05_small")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_pi05"), help="where bundles are written")
     parser.add_argument("--rewrite", action="store_true", help="convert the bundles again even if --workdir has them")
+    parser.add_argument("--openblas-kernels", default="env",
+                        help="env: as the environment says; auto: OpenBLAS picks for the CPU; or a core name")
+    parser.add_argument("--section-suffix", default="", help="appended to the BENCHMARKS.md section names")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
     args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -289,74 +298,8 @@ def small_report(args, config, ours, torch_rounds, audit, error, memory) -> tupl
 # ---------------------------------------------------------------- part layers
 
 def part_layers(args) -> tuple[str, str]:
-    import numpy as np
-
     import pi05_layers
-    from embodied_ros.kernels import KernelSet, reuse_freed_memory
-    ks = KernelSet("numba")
-    ks.compile()
-    reuse_freed_memory()  # as Pi05Model does at start-up
-    rng = np.random.default_rng(0)
-    layers = [pi05_layers.BUILDERS[name](ks, rng, QUANT_TYPES) for name in pi05_layers.LAYERS]
-    ours = {(layer.name, q): [] for layer in layers for q in QUANT_TYPES}
-    theirs = {layer.name: [] for layer in layers}
-    for _ in range(args.rounds):
-        for layer in layers:
-            for qtype in QUANT_TYPES:
-                layer.run(layer.weights[qtype])  # untimed, as the PyTorch side's warm-up
-            for _ in range(args.repeats):
-                for qtype in QUANT_TYPES:  # the three stored types interleaved
-                    start = time.perf_counter()
-                    layer.run(layer.weights[qtype])
-                    ours[layer.name, qtype].append((time.perf_counter() - start) * 1e3)
-            result = torch_runs(args, layer.name)
-            if result:
-                theirs[layer.name].extend(result["measurements"][0]["runs_ms"])
-    sgemm = {layer.name: common.numpy_matmul_gflops(*layer.sgemm_shape, repeats=5) for layer in layers}
-    return layers_report(args, layers, ours, theirs, sgemm)
-
-
-def layers_report(args, layers, ours, theirs, sgemm) -> tuple[str, str]:
-    rows, verdicts = [], []
-    for layer in layers:
-        rate = sgemm[layer.name]["gflops_per_s"]
-        torch_runs_ms = theirs[layer.name]
-        for qtype in QUANT_TYPES:
-            runs = ours[layer.name, qtype]
-            row = {"layer": layer.name, "implementation": "embodied_ros", "weights": qtype.upper(),
-                   "stored types": "+".join(t.upper() for t in layer.stored[qtype]),
-                   "weights MiB": layer.weight_mib[qtype], "best ms": best(runs), "median ms": median(runs),
-                   "GFLOP/s (best)": common.gflops_per_s(layer.flops, best(runs)),
-                   "numpy sgemm GFLOP/s": rate, "runs ms": ms_list(runs)}
-            if torch_runs_ms:
-                row["PyTorch F32 / this (best)"] = best(torch_runs_ms) / best(runs)
-                row["PyTorch F32 / this (median)"] = median(torch_runs_ms) / median(runs)
-            rows.append(row)
-        if torch_runs_ms:
-            rows.append({"layer": layer.name, "implementation": "PyTorch (LeRobot / transformers)", "weights": "F32",
-                         "best ms": best(torch_runs_ms), "median ms": median(torch_runs_ms),
-                         "GFLOP/s (best)": common.gflops_per_s(layer.flops, best(torch_runs_ms)),
-                         "numpy sgemm GFLOP/s": rate, "runs ms": ms_list(torch_runs_ms)})
-            ratio = median(torch_runs_ms) / median(ours[layer.name, "f32"])
-            verdicts.append(f"{layer.name} {ratio:.2f}x ({'met' if ratio >= 1 else 'NOT met'})")
-    columns = ["layer", "implementation", "weights", "stored types", "weights MiB", "best ms", "median ms",
-               "PyTorch F32 / this (median)", "PyTorch F32 / this (best)", "GFLOP/s (best)", "numpy sgemm GFLOP/s",
-               "runs ms"]
-    shapes = ", ".join(f"{layer.name} {'x'.join(map(str, layer.sgemm_shape))}" for layer in layers)
-    body = "\n".join([
-        "Single full-size pi0.5 layers, random weights, run through the runtime's own layer functions "
-        "(benchmarks/pi05_layers.py): SigLIP So400m layer over 256 tokens; Gemma-2B decoder layer over 968 prefix "
-        "tokens, bidirectional, writing its K/V; expert layer (Gemma-300M, adaptive RMSNorm) over 50 action tokens "
-        "reading a 968-token cached K/V (its norm modulation is per solver step, computed outside the layer as the "
-        f"model does). {args.threads} threads; {args.rounds} rounds, each: this runtime's three stored types "
-        f"interleaved, {args.repeats} runs each, then PyTorch {args.repeats} runs in its own process "
-        "(torch_reference.py MODE: transformers SiglipEncoderLayer with sdpa, LeRobot's PiGemma decoder layer with "
-        "eager attention). numpy sgemm: the layer's largest product "
-        f"(m x k @ k x n: {shapes}), measured in the same run.",
-        "", common.markdown_table(rows, columns), "",
-        ("Full-size layers, PyTorch F32 / this runtime's F32 on medians (target >= 1): " + "; ".join(verdicts) + "."
-         if verdicts else "No PyTorch run (--no-torch or the reference environment is missing).")])
-    return SECTIONS["layers"], body
+    return SECTIONS["layers"], pi05_layers.measure(args, QUANT_TYPES, lambda mode: torch_runs(args, mode))
 
 
 # ---------------------------------------------------------------- part quant
@@ -428,6 +371,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     for variable in THREAD_VARIABLES:  # before numpy / numba start their thread pools
         os.environ[variable] = str(args.threads)
+    if args.openblas_kernels == "auto":  # before numpy loads OpenBLAS
+        os.environ.pop("OPENBLAS_CORETYPE", None)
+    elif args.openblas_kernels != "env":
+        os.environ["OPENBLAS_CORETYPE"] = args.openblas_kernels
     if args.torch_python:
         os.environ[common.REFERENCE_PYTHON_ENV] = args.torch_python
     if not args.no_torch and not Path(common.reference_python()).exists():
@@ -439,6 +386,7 @@ def main(argv=None) -> int:
     for part in (p for p in PARTS if p in args.parts):  # small first: its peak memory is the process's
         start = time.perf_counter()
         section, body = parts[part](args)
+        section += args.section_suffix
         print(f"\n## {section} ({time.perf_counter() - start:.0f} s)\n{body}")
         if not args.no_write:
             common.write_section(common.BENCHMARKS_MD, section, body, command=common.command_line(),

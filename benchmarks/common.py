@@ -171,9 +171,28 @@ def machine_description() -> dict:
         blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
         info["numpy"] = np.__version__
         info["blas"] = {k: blas.get(k) for k in ("name", "version", "openblas configuration") if blas.get(k)}
+        info["blas"]["kernels"] = openblas_kernels()
     except ImportError:
         info["numpy"] = None
+    info["openblas_coretype_env"] = os.environ.get("OPENBLAS_CORETYPE")
     return info
+
+
+def openblas_kernels() -> str | None:
+    """The CPU kernel set numpy's OpenBLAS runs ("Haswell": AVX2, "SkylakeX": AVX-512, ...): picked
+    when numpy loads it, from the CPU or from OPENBLAS_CORETYPE; None for another BLAS."""
+    import ctypes
+    from pathlib import Path as _Path
+
+    import numpy as np
+    for library in sorted((_Path(np.__file__).parent.parent / "numpy.libs").glob("*openblas*")):
+        lib = ctypes.CDLL(str(library))
+        for symbol in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename"):
+            corename = getattr(lib, symbol, None)
+            if corename is not None:
+                corename.restype = ctypes.c_char_p
+                return corename().decode()
+    return None
 
 
 def _cpu_model() -> str:
@@ -191,9 +210,13 @@ def machine_line(info: dict | None = None) -> str:
     """One markdown line summarizing machine_description()."""
     info = info or machine_description()
     blas = info.get("blas") or {}
+    kernels = ""
+    if blas.get("kernels"):
+        forced = info.get("openblas_coretype_env")
+        kernels = f" ({blas['kernels']} kernels" + (f", OPENBLAS_CORETYPE={forced})" if forced else ")")
     return (f"{info['cpu_model']}, {info['usable_cpus']} usable of {info['logical_cpus']} CPUs, "
             f"load average {info['loadavg_1_5_15'][0]}; Python {info['python']}, numpy {info.get('numpy')} "
-            f"with {blas.get('name', 'unknown BLAS')} {blas.get('version', '')}".rstrip())
+            f"with {blas.get('name', 'unknown BLAS')} {blas.get('version', '')}".rstrip() + kernels)
 
 
 # ---------------------------------------------------------------- BENCHMARKS.md

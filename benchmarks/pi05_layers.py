@@ -1,5 +1,5 @@
-"""Single full-size pi0.5 layers for bench_pi05.py, built from random weights and run through the
-runtime's own layer functions (the code Pi05Model runs):
+"""Single full-size pi0.5 layers for bench_pi05.py (`measure`), built from random weights and run
+through the runtime's own layer functions (the code Pi05Model runs):
 
   siglip_layer  backbone.siglip.encoder_layer: SigLIP So400m (width 1152, 16 heads x 72, mlp 4304)
                 over one camera's 256 patch tokens
@@ -18,6 +18,7 @@ float32 once, as Bundle.weight does).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -145,3 +146,80 @@ def expert_layer(ks, rng, types) -> Layer:
 
 
 BUILDERS = {"siglip_layer": siglip_layer, "gemma_layer": gemma_layer, "expert_layer": expert_layer}
+
+
+def measure(args, types: tuple[str, ...], torch_runs: Callable[[str], dict | None]) -> str:
+    """Alternating rounds of the three layers (stored types interleaved) and the PyTorch layers;
+    returns the BENCHMARKS.md section body. args: bench_pi05's (threads, rounds, repeats)."""
+    from embodied_ros.kernels import KernelSet, reuse_freed_memory
+    ks = KernelSet("numba")
+    ks.compile()
+    reuse_freed_memory()  # as Pi05Model does at start-up
+    rng = np.random.default_rng(0)
+    layers = [BUILDERS[name](ks, rng, types) for name in LAYERS]
+    ours = {(layer.name, q): [] for layer in layers for q in types}
+    theirs = {layer.name: [] for layer in layers}
+    for _ in range(args.rounds):
+        for layer in layers:
+            for qtype in types:
+                layer.run(layer.weights[qtype])  # untimed, as the PyTorch side's warm-up
+            for _ in range(args.repeats):
+                for qtype in types:  # the three stored types interleaved
+                    start = time.perf_counter()
+                    layer.run(layer.weights[qtype])
+                    ours[layer.name, qtype].append((time.perf_counter() - start) * 1e3)
+            result = torch_runs(layer.name)
+            if result:
+                theirs[layer.name].extend(result["measurements"][0]["runs_ms"])
+    sgemm = {layer.name: common.numpy_matmul_gflops(*layer.sgemm_shape, repeats=5) for layer in layers}
+    return report(args, types, layers, ours, theirs, sgemm)
+
+
+def report(args, types, layers, ours, theirs, sgemm) -> str:
+    rows, verdicts = [], []
+    for layer in layers:
+        rate = sgemm[layer.name]["gflops_per_s"]
+        torch_runs_ms = theirs[layer.name]
+        for qtype in types:
+            runs = ours[layer.name, qtype]
+            row = {"layer": layer.name, "implementation": "embodied_ros", "weights": qtype.upper(),
+                   "stored types": "+".join(t.upper() for t in layer.stored[qtype]),
+                   "weights MiB": layer.weight_mib[qtype], "best ms": min(runs), "median ms": _median(runs),
+                   "GFLOP/s (best)": common.gflops_per_s(layer.flops, min(runs)),
+                   "numpy sgemm GFLOP/s": rate, "runs ms": ms_list(runs)}
+            if torch_runs_ms:
+                row["PyTorch F32 / this (best)"] = min(torch_runs_ms) / min(runs)
+                row["PyTorch F32 / this (median)"] = _median(torch_runs_ms) / _median(runs)
+            rows.append(row)
+        if torch_runs_ms:
+            rows.append({"layer": layer.name, "implementation": "PyTorch (LeRobot / transformers)", "weights": "F32",
+                         "best ms": min(torch_runs_ms), "median ms": _median(torch_runs_ms),
+                         "GFLOP/s (best)": common.gflops_per_s(layer.flops, min(torch_runs_ms)),
+                         "numpy sgemm GFLOP/s": rate, "runs ms": ms_list(torch_runs_ms)})
+            ratio = _median(torch_runs_ms) / _median(ours[layer.name, "f32"])
+            verdicts.append(f"{layer.name} {ratio:.2f}x ({'met' if ratio >= 1 else 'NOT met'})")
+    columns = ["layer", "implementation", "weights", "stored types", "weights MiB", "best ms", "median ms",
+               "PyTorch F32 / this (median)", "PyTorch F32 / this (best)", "GFLOP/s (best)", "numpy sgemm GFLOP/s",
+               "runs ms"]
+    shapes = ", ".join(f"{layer.name} {'x'.join(map(str, layer.sgemm_shape))}" for layer in layers)
+    return "\n".join([
+        "Single full-size pi0.5 layers, random weights, run through the runtime's own layer functions "
+        "(benchmarks/pi05_layers.py): SigLIP So400m layer over 256 tokens; Gemma-2B decoder layer over 968 prefix "
+        "tokens, bidirectional, writing its K/V; expert layer (Gemma-300M, adaptive RMSNorm) over 50 action tokens "
+        "reading a 968-token cached K/V (its norm modulation is per solver step, computed outside the layer as the "
+        f"model does). {args.threads} threads; {args.rounds} rounds, each: this runtime's three stored types "
+        f"interleaved, {args.repeats} runs each, then PyTorch {args.repeats} runs in its own process "
+        "(torch_reference.py MODE: transformers SiglipEncoderLayer with sdpa, LeRobot's PiGemma decoder layer with "
+        "eager attention). numpy sgemm: the layer's largest product "
+        f"(m x k @ k x n: {shapes}), measured in the same run.",
+        "", common.markdown_table(rows, columns), "",
+        ("Full-size layers, PyTorch F32 / this runtime's F32 on medians (target >= 1): " + "; ".join(verdicts) + "."
+         if verdicts else "No PyTorch run (--no-torch or the reference environment is missing).")])
+
+
+def _median(runs: list[float]) -> float:
+    return common.Timing(runs).median_ms
+
+
+def ms_list(runs: list[float]) -> str:
+    return ", ".join(f"{t:.1f}" for t in runs)

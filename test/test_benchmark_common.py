@@ -82,6 +82,8 @@ def test_machine_description_and_matmul_rate():
     assert info["usable_cpus"] >= 1 and len(info["loadavg_1_5_15"]) == 3
     assert info["numpy"] == np.__version__
     assert info["cpu_model"] in common.machine_line(info)
+    if info["blas"].get("kernels"):  # numpy's OpenBLAS names the kernel set it picked for this CPU
+        assert f"({info['blas']['kernels']} kernels" in common.machine_line(info)
     rate = common.numpy_matmul_gflops(32, 48, 16, repeats=2)
     assert rate["flops"] == 2 * 32 * 48 * 16 and rate["gflops_per_s"] > 0
     rss_now = common.current_rss_mb()
