@@ -283,8 +283,9 @@ def small_report(args, config, ours, torch_rounds, audit, error, memory) -> tupl
         f"{audit['cache_reads']} of them reading views of the one sealed cache; cache arrays read-only: "
         f"{audit['cache_read_only']}, bytes unchanged by the solve: {audit['cache_unchanged']}.",
         "",
-        f"Memory: peak RSS of this process {memory['peak_rss_mb']:.0f} MiB ({memory['rss_start_mb']:.0f} MiB after "
-        f"importing numpy and the runtime; weights {memory['weights_mib']:.1f} MiB, memory-mapped)"
+        f"Memory: peak RSS of this process {memory['peak_rss_mb']:.0f} MiB ({memory['rss_start_mb']:.0f} MiB with numpy "
+        f"imported, before the runtime and its compiled kernels were loaded; weights {memory['weights_mib']:.1f} MiB, "
+        "memory-mapped)"
         + (f"; PyTorch process {torch_memory:.0f} MiB." if torch_memory else "."),
         f"Max abs action error vs the record, case 0: ours {error:.2e}"
         + (f", PyTorch policy {torch_error:.2e}." if torch_error is not None else "."),
