@@ -116,6 +116,17 @@ def record_case(record: Path, k: int = 0) -> dict:
                 "actions": cases[f"case{k}_actions"]}
 
 
+def kernels_note() -> str:
+    """A sentence on numpy's OpenBLAS kernels when the environment chose them, else ""."""
+    info = common.machine_description()
+    forced, kernels = info.get("openblas_coretype_env"), (info.get("blas") or {}).get("kernels")
+    if not forced or not kernels:
+        return ""
+    return (f" numpy's OpenBLAS runs its {kernels} kernels here because the environment sets "
+            f"OPENBLAS_CORETYPE={forced}; `--openblas-kernels auto` measures the kernels OpenBLAS picks for "
+            "this CPU (sections ending in _openblas_auto).")
+
+
 def best(runs: list[float]) -> float:
     return min(runs)
 
@@ -267,7 +278,7 @@ def small_report(args, config, ours, torch_rounds, audit, error, memory) -> tupl
         f"{config['language_model']['depth']}, expert {config['expert']['width']} x {config['expert']['depth']}, "
         f"chunk {config['chunk_size']}, {steps} Euler steps), case 0, F32 bundle, {args.threads} threads. "
         f"{args.rounds} rounds of {args.repeats} runs per side, alternating (each round: this runtime, then "
-        f"PyTorch in its own process; untimed runs first: {WARM_UP_RUNS} here, 1 there).",
+        f"PyTorch in its own process; untimed runs first: {WARM_UP_RUNS} here, 1 there).{kernels_note()}",
         "", table, ""]
     if "total" in theirs:
         lines.append(f"Chunk: PyTorch / ours = {median(theirs['total']) / total[0]:.2f}x on medians, "
@@ -300,7 +311,8 @@ def small_report(args, config, ours, torch_rounds, audit, error, memory) -> tupl
 
 def part_layers(args) -> tuple[str, str]:
     import pi05_layers
-    return SECTIONS["layers"], pi05_layers.measure(args, QUANT_TYPES, lambda mode: torch_runs(args, mode))
+    return SECTIONS["layers"], pi05_layers.measure(args, QUANT_TYPES, lambda mode: torch_runs(args, mode),
+                                                   kernels_note())
 
 
 # ---------------------------------------------------------------- part quant

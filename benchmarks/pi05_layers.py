@@ -148,7 +148,7 @@ def expert_layer(ks, rng, types) -> Layer:
 BUILDERS = {"siglip_layer": siglip_layer, "gemma_layer": gemma_layer, "expert_layer": expert_layer}
 
 
-def measure(args, types: tuple[str, ...], torch_runs: Callable[[str], dict | None]) -> str:
+def measure(args, types: tuple[str, ...], torch_runs: Callable[[str], dict | None], kernels_note: str = "") -> str:
     """Alternating rounds of the three layers (stored types interleaved) and the PyTorch layers;
     returns the BENCHMARKS.md section body. args: bench_pi05's (threads, rounds, repeats)."""
     from embodied_ros.kernels import KernelSet, reuse_freed_memory
@@ -172,10 +172,10 @@ def measure(args, types: tuple[str, ...], torch_runs: Callable[[str], dict | Non
             if result:
                 theirs[layer.name].extend(result["measurements"][0]["runs_ms"])
     sgemm = {layer.name: common.numpy_matmul_gflops(*layer.sgemm_shape, repeats=5) for layer in layers}
-    return report(args, types, layers, ours, theirs, sgemm)
+    return report(args, types, layers, ours, theirs, sgemm, kernels_note)
 
 
-def report(args, types, layers, ours, theirs, sgemm) -> str:
+def report(args, types, layers, ours, theirs, sgemm, kernels_note: str) -> str:
     rows, verdicts = [], []
     for layer in layers:
         rate = sgemm[layer.name]["gflops_per_s"]
@@ -211,7 +211,7 @@ def report(args, types, layers, ours, theirs, sgemm) -> str:
         f"interleaved, {args.repeats} runs each, then PyTorch {args.repeats} runs in its own process "
         "(torch_reference.py MODE: transformers SiglipEncoderLayer with sdpa, LeRobot's PiGemma decoder layer with "
         "eager attention). numpy sgemm: the layer's largest product "
-        f"(m x k @ k x n: {shapes}), measured in the same run.",
+        f"(m x k @ k x n: {shapes}), measured in the same run.{kernels_note}",
         "", common.markdown_table(rows, columns), "",
         ("Full-size layers, PyTorch F32 / this runtime's F32 on medians (target >= 1): " + "; ".join(verdicts) + "."
          if verdicts else "No PyTorch run (--no-torch or the reference environment is missing).")])
