@@ -27,6 +27,7 @@ setup(
         *share_files("launch"),
         *share_files("config"),
         *share_files("bundles"),
+        *share_files("kernels"),
         *share_files("msg"),
     ],
 )

@@ -58,7 +58,7 @@ def test_colcon_build_and_install_space(tmp_path):
     assert module_file.startswith(str(prefix)), "embodied_ros was imported from outside the install space"
     assert share_dir == str(prefix / "share" / "embodied_ros")
     assert "embodied-ros" in version
-    for folder in ("launch", "config", "bundles", "msg"):
+    for folder in ("launch", "config", "bundles", "kernels", "msg"):
         for path in (ROOT / folder).iterdir():
             if path.is_file():
                 assert (prefix / "share" / "embodied_ros" / folder / path.name).is_file(), f"{folder}/{path.name}"

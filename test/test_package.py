@@ -98,7 +98,7 @@ def test_console_scripts_resolve_and_both_builds_install_them():
 def test_data_folders_are_installed_by_both_builds():
     setup_py = (ROOT / "setup.py").read_text()
     cmake = (ROOT / "CMakeLists.txt").read_text()
-    for folder in ("launch", "config", "bundles"):
+    for folder in ("launch", "config", "bundles", "kernels"):
         assert any((ROOT / folder).iterdir()), f"{folder}/ is empty"
         assert f'share_files("{folder}")' in setup_py
         assert re.search(rf"install\(DIRECTORY[^)]*\b{folder}\b[^)]*DESTINATION share/\$\{{PROJECT_NAME\}}", cmake)
@@ -113,7 +113,7 @@ def test_setup_py_data_files_cover_every_shared_file():
         cwd=ROOT, capture_output=True, text=True, check=True,
     )
     installed = {file for _, files in eval(result.stdout) for file in files}
-    for folder in ("launch", "config", "bundles", "msg"):
+    for folder in ("launch", "config", "bundles", "kernels", "msg"):
         for path in (ROOT / folder).rglob("*"):
             if path.is_file() and "__pycache__" not in path.parts:
                 assert str(path.relative_to(ROOT)) in installed, f"{path} is not installed by setup.py"
