@@ -6,6 +6,7 @@ The simulator must be switched on before numba.cuda is imported, so one subproce
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -49,10 +50,36 @@ def simulated():
     return checks, report, int(lines[end].split()[1])
 
 
+def ops_called_by_the_package() -> dict[str, list[str]]:
+    """op -> where it is called: every attribute access named after a registered op (`ks.linear_t`, ...)
+    in the package outside embodied_ros/kernels/. Read from the source, so a new call is seen at once."""
+    package = REPO / "embodied_ros"
+    names = set(registry.ops())
+    found: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).parts[0] == "kernels":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in names:
+                found.setdefault(node.attr, []).append(f"{path.relative_to(REPO)}:{node.lineno}")
+    return found
+
+
+def test_every_op_the_package_calls_runs_on_the_gpu():
+    """An op without a cuda implementation silently runs as numpy on the CPU in the cuda backend, with
+    a copy of its arguments to the host and back."""
+    called = ops_called_by_the_package()
+    assert {"linear", "linear_t", "attention", "rms_norm"} <= set(called)  # the scan reads the model code
+    missing = {op: where[:3] for op, where in called.items() if op not in CUDA_OPS}
+    assert not missing, f"ops called without a cuda implementation (op: first call sites): {missing}"
+    chosen = registry.KernelSet("cuda").chosen
+    assert all(chosen[op] == "cuda" for op in called)
+
+
 def test_the_cuda_backend_covers_the_hot_ops():
     expected = {"rms_norm", "ada_rms_norm", "layer_norm", "modulated_layer_norm", "rms_norm_across_heads",
                 "gated_residual", "rope", "rope_pairs", "gelu_tanh", "gelu_tanh_mul", "gelu_tanh_glu", "attention",
-                "cached_attention", "linear", "dequantize"}
+                "cached_attention", "linear", "linear_t", "dequantize"}
     assert expected <= set(CUDA_OPS)
     chosen = registry.KernelSet("cuda").chosen
     assert all(chosen[op] == "cuda" for op in expected)
