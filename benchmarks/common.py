@@ -33,7 +33,7 @@ EXIT_REFERENCE_MISSING = 3  # torch_reference.py: torch / lerobot / diffusers no
 # Process-wide settings embodied_ros makes for itself (kernels/_jit.py: its OpenMP threads sleep
 # between regions). The PyTorch reference runs with the value this process started with instead:
 # passive waiting would slow torch's own OpenMP pool (pi05_small chunk ~80 -> ~140 ms).
-RUNTIME_ONLY_VARIABLES = ("OMP_WAIT_POLICY",)
+RUNTIME_ONLY_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 _ENVIRONMENT_AT_START = {name: os.environ.get(name) for name in RUNTIME_ONLY_VARIABLES}
 
 

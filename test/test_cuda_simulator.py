@@ -69,7 +69,7 @@ def test_every_op_the_package_calls_runs_on_the_gpu():
     """An op without a cuda implementation silently runs as numpy on the CPU in the cuda backend, with
     a copy of its arguments to the host and back."""
     called = ops_called_by_the_package()
-    assert {"linear", "linear_t", "attention", "rms_norm"} <= set(called)  # the scan reads the model code
+    assert {"linear", "cached_attention", "attention", "rms_norm"} <= set(called)  # the scan reads the model code
     missing = {op: where[:3] for op, where in called.items() if op not in CUDA_OPS}
     assert not missing, f"ops called without a cuda implementation (op: first call sites): {missing}"
     chosen = registry.KernelSet("cuda").chosen

@@ -43,3 +43,48 @@ def test_kernel_set_falls_back_to_reference():
     for op in registry.ops():
         chosen = ks.chosen[op]
         assert chosen in registry.implementations(op)
+
+
+@pytest.mark.parametrize("op", ["linear", "linear_t", "attention", "cached_attention"])
+def test_products_without_vector_units_match_reference(op, monkeypatch):
+    """The BLAS forms the numba kernels take on CPUs without 16-lane vectors."""
+    from embodied_ros.kernels import attention, linear
+    monkeypatch.setattr(linear, "VECTOR_GEMM", False)
+    monkeypatch.setattr(attention, "VECTOR_ATTENTION", False)
+    test_kernel_matches_reference(op, "numba")
+
+
+@pytest.mark.parametrize("rows", list(range(1, 12)) + [23, 50, 257, 300])
+def test_vector_product_row_tiles_and_blocks(rows):
+    """Every register-tile height, several row blocks, a partial last panel, depth over several blocks
+    (float32 packed per call, packed once, q4_k), and rows read at a stride."""
+    from embodied_ros.kernels import _gemm
+    from embodied_ros.kernels.quant import dequantize, random_quant_tensor
+    rng = np.random.default_rng(rows)
+    depth, n_out = 2 * _gemm.DEPTH_BLOCK + 256, 3 * _gemm.PANEL + 5
+    wide = rng.standard_normal((rows, depth + 3), dtype=np.float32)
+    x = wide[:, 1:depth + 1]  # rows at a stride
+    w = rng.standard_normal((n_out, depth), dtype=np.float32) * 0.05
+    bias = rng.standard_normal(n_out, dtype=np.float32)
+    quantized = random_quant_tensor(rng, "q4_k", (n_out, depth))
+    cases = [(w, w), (_gemm.pack_weight(w), w), (quantized, dequantize(quantized))]
+    for weight, dense in cases:
+        expected = x.astype(np.float64) @ dense.astype(np.float64).T + bias
+        np.testing.assert_allclose(_gemm.matmul(x, weight, bias), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_vector_attention_head_layouts_and_key_parts():
+    """One kv head (rows = query heads), one kv head per query head, grouped heads; keys in two parts,
+    more than one 32-key panel and a head width that is not a multiple of 32."""
+    from embodied_ros.kernels import _vector_attention
+    from embodied_ros.kernels.attention import attention as reference
+    rng = np.random.default_rng(5)
+    for n_heads, n_kv, width in ((8, 1, 48), (3, 3, 40), (4, 2, 64)):
+        q = rng.standard_normal((37, n_heads, width), dtype=np.float32)
+        k, v = (rng.standard_normal((70, n_kv, width), dtype=np.float32) for _ in range(2))
+        bias = np.where(rng.random((37, 70)) < 0.2, np.float32(-1e30), np.float32(0)).astype(np.float32)
+        bias[:, 0] = 0
+        for workers in (1, 2):
+            got = _vector_attention.attend(q, (k[:50], k[50:]), (v[:50], v[50:]), bias, np.zeros(0, np.float32),
+                                           workers)
+            np.testing.assert_allclose(got, reference(q, k, v, bias), rtol=1e-4, atol=2e-5)

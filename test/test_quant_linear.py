@@ -1,11 +1,12 @@
-"""linear() with quantized weights: every path (fused, chunked) against the dequantized product."""
+"""linear() with quantized weights: every path (vector product; without vector units fused and
+chunked) against the dequantized product."""
 
 import numba
 import numpy as np
 import pytest
 
 from embodied_ros.bundle import BundleWriter, open_bundle
-from embodied_ros.kernels import KernelSet
+from embodied_ros.kernels import KernelSet, _gemm, _vector_attention
 from embodied_ros.kernels import linear as linear_module
 from embodied_ros.kernels import quant as quant_module
 from embodied_ros.kernels.linear import FUSED_MAX_ROWS, linear, linear_numba
@@ -17,9 +18,11 @@ def _expected(x, weight, bias=None):
     return y if bias is None else y + bias
 
 
+@pytest.mark.parametrize("vector", [True, False])
 @pytest.mark.parametrize("qtype", ["q8_0", "q4_k", "bf16"])
 @pytest.mark.parametrize("rows", [1, 3, FUSED_MAX_ROWS, FUSED_MAX_ROWS + 1, 40])
-def test_numba_linear_matches_dequantized_product(qtype, rows):
+def test_numba_linear_matches_dequantized_product(qtype, rows, vector, monkeypatch):
+    monkeypatch.setattr(linear_module, "VECTOR_GEMM", vector)
     rng = np.random.default_rng(rows)
     weight = random_quant_tensor(rng, qtype, (37, 512))
     x = rng.standard_normal((rows, 512), dtype=np.float32)
@@ -30,6 +33,7 @@ def test_numba_linear_matches_dequantized_product(qtype, rows):
 
 
 def test_chunked_path_over_several_chunks(monkeypatch):
+    monkeypatch.setattr(linear_module, "VECTOR_GEMM", False)
     monkeypatch.setattr(linear_module, "_CHUNK_BYTES", 16 * 256 * 4)  # 16 rows per chunk
     rng = np.random.default_rng(7)
     weight = random_quant_tensor(rng, "q4_k", (50, 256))
@@ -83,7 +87,8 @@ def test_kernel_set_runs_bundle_weights_of_every_type(tmp_path, backend):
 
 
 def test_compiled_kernels_release_the_gil():
-    dispatchers = [value for module in (quant_module, linear_module) for value in vars(module).values()
+    dispatchers = [value for module in (quant_module, linear_module, _gemm, _vector_attention)
+                   for value in vars(module).values()
                    if isinstance(value, numba.core.registry.CPUDispatcher)]
     assert len(dispatchers) >= 5
     for dispatcher in dispatchers:

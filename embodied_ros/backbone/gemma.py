@@ -9,10 +9,9 @@ Axes: n prefix tokens, D width, H query heads, K kv heads (1 in pi0.5), d head w
     x += ffn_down(gelu_tanh(ffn_gate(h)) * ffn_up(h))       (gate and up as one product)
 
 Layer weights come with q/k/v and gate/up stacked (models/pi05/weights.py): fewer, larger matrix
-products, which matters most for the action expert's 50-token steps. The products run
-feature-major (`linear_t`: W @ h^T -> [out, n]), which OpenBLAS runs faster than h @ W^T at these
-token counts (10% at the 223-row prefix of pi05_small, 15-20% at the expert's 50 rows); their
-results are read as transposed views, the MLP's gate and up halves as contiguous rows.
+products, which matters most for the action expert's 50-token steps. Products are token-major,
+[n, out], the layout the CPU product writes with whole vectors; q, k and v are column views of
+one result, and the MLP's gate and up halves are read by one fused kernel (`gelu_tanh_glu`).
 
 pi0.5 reads only the per-layer K/V of the prefix (the LM's output hidden state is unused), so the
 last layer stops after its K/V projections unless the caller asks for the full output.
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from embodied_ros.backbone.prefix_cache import PrefixCacheBuilder
+from embodied_ros.kernels._gemm import PANEL, PackedWeight, pack_weight
 from embodied_ros.kernels.quant import QuantTensor
 
 if TYPE_CHECKING:
@@ -32,9 +32,14 @@ if TYPE_CHECKING:
 
 
 def row_slice(weight: Any, start: int, stop: int) -> Any:
-    """Rows start..stop of a weight (float array or quantized tensor), as a view."""
+    """Rows start..stop of a weight (float array, packed or quantized tensor), as a view where the
+    layout allows (packed panels start every 32 rows; elsewhere the rows are packed anew)."""
     if isinstance(weight, QuantTensor):
         return QuantTensor(weight.qtype, (stop - start, weight.shape[1]), weight.data[start:stop])
+    if isinstance(weight, PackedWeight):
+        if start % PANEL:
+            return pack_weight(weight.dense()[start:stop])
+        return PackedWeight(weight.panels[start // PANEL:-(-stop // PANEL)], (stop - start, weight.shape[1]))
     return weight[start:stop]
 
 
@@ -53,7 +58,7 @@ def _split_heads(projected: np.ndarray, heads: int, head_dim: int) -> np.ndarray
 def project_kv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos: np.ndarray,
                sin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Normed tokens [n, D] -> keys (after RoPE) and values [n, K, d]."""
-    kv = ks.linear_t(h, w["attn_kv.weight"]).T  # [n, 2 K d], a transposed view
+    kv = ks.linear(h, w["attn_kv.weight"])  # [n, 2 K d]
     width = cfg.num_kv_heads * cfg.head_dim
     keys = ks.rope(_split_heads(kv[:, :width], cfg.num_kv_heads, cfg.head_dim), cos, sin)
     return keys, _split_heads(kv[:, width:], cfg.num_kv_heads, cfg.head_dim)
@@ -62,7 +67,7 @@ def project_kv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos:
 def project_qkv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos: np.ndarray,
                 sin: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Normed tokens [n, D] -> queries [n, H, d], keys [n, K, d] (both after RoPE), values [n, K, d]."""
-    qkv = ks.linear_t(h, w["attn_qkv.weight"]).T  # [n, (H + 2K) d], a transposed view
+    qkv = ks.linear(h, w["attn_qkv.weight"])  # [n, (H + 2K) d]
     q_width, kv_width = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     queries = ks.rope(_split_heads(qkv[:, :q_width], cfg.num_heads, cfg.head_dim), cos, sin)
     keys = ks.rope(_split_heads(qkv[:, q_width:q_width + kv_width], cfg.num_kv_heads, cfg.head_dim), cos, sin)
@@ -70,15 +75,14 @@ def project_qkv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos
 
 
 def attention_output(ks, w: Mapping[str, Any], attended: np.ndarray) -> np.ndarray:
-    """Attention result [n, H, d] -> the residual update, feature-major [D, n]."""
-    return ks.linear_t(attended.reshape(attended.shape[0], -1), w["attn_out.weight"])
+    """Attention result [n, H, d] -> the residual update [n, D]."""
+    return ks.linear(attended.reshape(attended.shape[0], -1), w["attn_out.weight"])
 
 
 def feed_forward(ks, w: Mapping[str, Any], h: np.ndarray) -> np.ndarray:
-    """Normed tokens [n, D] -> the MLP's residual update, feature-major [D, n]."""
-    gate_up = ks.linear_t(h, w["ffn_gate_up.weight"])  # [2F, n]: the gate rows, then the up rows
-    half = gate_up.shape[0] // 2
-    return ks.linear_t(ks.gelu_tanh_mul(gate_up[:half], gate_up[half:]).T, w["ffn_down.weight"])
+    """Normed tokens [n, D] -> the MLP's residual update [n, D]."""
+    gate_up = ks.linear(h, w["ffn_gate_up.weight"])  # [n, 2F]: the gate columns, then the up columns
+    return ks.linear(ks.gelu_tanh_glu(gate_up), w["ffn_down.weight"])
 
 
 def prefix_pass(ks, cfg: "GemmaConfig", layers: Sequence[Mapping[str, Any]], x: np.ndarray,
@@ -98,6 +102,6 @@ def prefix_pass(ks, cfg: "GemmaConfig", layers: Sequence[Mapping[str, Any]], x: 
             break
         queries, keys, values = project_qkv(ks, cfg, w, h, cos, sin)
         cache.write(index, keys, values)
-        x = x + attention_output(ks, w, ks.attention(queries, keys, values, bias)).T
-        x = x + feed_forward(ks, w, ks.rms_norm(x, w["ffn_norm.weight"], cfg.eps)).T
+        x = x + attention_output(ks, w, ks.attention(queries, keys, values, bias))
+        x = x + feed_forward(ks, w, ks.rms_norm(x, w["ffn_norm.weight"], cfg.eps))
     return x

@@ -79,14 +79,13 @@ def step_conditioning(ks, weights: Mapping[str, Any], layers: Sequence[Mapping[s
 def expert_layer(ks, cfg: "GemmaConfig", w: Mapping[str, Any], x: np.ndarray, cache_keys: np.ndarray,
                  cache_values: np.ndarray, cache_bias: np.ndarray | None, attn: Modulation, ffn: Modulation,
                  rope: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """One expert layer: x [C, E] -> [C, E], reading its LM layer's cache [n, K, d] (bias [n] or None).
-    The Gemma products (backbone/gemma.py) return feature-major updates, added as transposed views."""
+    """One expert layer: x [C, E] -> [C, E], reading its LM layer's cache [n, K, d] (bias [n] or None)."""
     scale, shift, gate = attn
     queries, keys, values = gemma.project_qkv(ks, cfg, w, ks.ada_rms_norm(x, scale, shift, cfg.eps), *rope)
     attended = ks.cached_attention(queries, cache_keys, cache_values, cache_bias, keys, values)
-    x = ks.gated_residual(x, gemma.attention_output(ks, w, attended).T, gate)
+    x = ks.gated_residual(x, gemma.attention_output(ks, w, attended), gate)
     scale, shift, gate = ffn
-    return ks.gated_residual(x, gemma.feed_forward(ks, w, ks.ada_rms_norm(x, scale, shift, cfg.eps)).T, gate)
+    return ks.gated_residual(x, gemma.feed_forward(ks, w, ks.ada_rms_norm(x, scale, shift, cfg.eps)), gate)
 
 
 def velocity(ks, cfg: "GemmaConfig", weights: Mapping[str, Any], layers: Sequence[Mapping[str, Any]],

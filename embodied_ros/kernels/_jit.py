@@ -5,20 +5,30 @@ Every kernel: compiled once and cached on disk (`cache=True`, warmed at start-up
 stream), and uses numpy's error model so float division carries no zero check, which would stop
 LLVM from vectorizing the loop.
 
-Prefer single-threaded kernels: the matrix products around them already run on every core
-through BLAS, whose threads stay busy-waiting for a while after each call. A numba parallel
-region started in that window waits for cores BLAS holds; on the 2-core development machine a
-parallel RMS norm between two matrix products took 40x longer than the serial one. The work left
-to numba (norms, RoPE, activations, softmax) is mostly memory-bound and short, so one vectorized
-pass on one core is usually the fastest form; measure before adding `parallel=True`.
+Prefer single-threaded kernels for the short, memory-bound work between matrix products (norms,
+RoPE, activations): one vectorized pass on one core is usually the fastest form, and where BLAS
+runs the products (CPUs without AVX-512, below) a parallel region started while BLAS's threads
+still busy-wait waits for the cores they hold (a parallel RMS norm between two products took 40x
+longer than the serial one on the 2-core development machine). Measure before `parallel=True`.
 
-The parallel kernels that remain (quantized products, dequantization, large modulations) run on
-numba's OpenMP pool. Its threads spin after each region by default, just as BLAS's worker does
-after each product: on two cores a spinning thread of one pool holds the core the other pool
-needs next, for up to milliseconds. A q8_0 product of 50 x 192 -> 1536 followed by a small BLAS
-product took 1.2 ms instead of 0.4, and a pi05_small chunk with Q8_0 weights 620 ms instead of
-52. So the OpenMP threads sleep as soon as a region ends (OMP_WAIT_POLICY=passive, read when
-the pool starts at the first parallel kernel; an explicit setting in the environment wins).
+The parallel kernels (matrix products, attention, quantized products, dequantization, large
+modulations) run on numba's OpenMP pool. How its threads wait between regions depends on the CPU:
+
+- With 16-lane vectors (AVX-512, `vector_units_available`) every matrix product of a control step
+  runs on this pool (kernels/_gemm.py), so nothing else needs the cores between two regions, and a
+  woken thread costs more than the region: on the 2-core development machine (a VM, whose idle
+  virtual CPU is halted) a sleeping thread took ~80 us to wake, as long as a whole 50 x 192 x 1536
+  product. So the threads spin for a while after each region, then sleep: GOMP_SPINCOUNT=10000,
+  about 0.4 ms here, which covers the gaps between the products of a step and frees the core soon
+  after a step ends.
+- Elsewhere numpy's BLAS runs the float32 products on its own threads, which stay busy-waiting
+  after each call; a spinning thread of one pool holds the core the other pool needs next. A q8_0
+  product of 50 x 192 -> 1536 followed by a small BLAS product took 1.2 ms instead of 0.4, and a
+  pi05_small chunk with Q8_0 weights 620 ms instead of 52. So the OpenMP threads sleep as soon as
+  a region ends (OMP_WAIT_POLICY=passive).
+
+Both are read when the pool starts at the first parallel kernel; a setting of either variable in
+the environment wins.
 """
 
 from __future__ import annotations
@@ -27,7 +37,20 @@ import functools
 import os
 
 import numba
+from llvmlite import binding as llvm_binding
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+SPIN_COUNT = "10000"
+
+
+def vector_units_available() -> bool:
+    """True where numba compiles 16-lane float vectors to single instructions (AVX-512)."""
+    return bool(llvm_binding.get_host_cpu_features().get("avx512f", False))
+
+
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    if vector_units_available():
+        os.environ["GOMP_SPINCOUNT"] = SPIN_COUNT
+    else:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
 
 jit = functools.partial(numba.njit, cache=True, nogil=True, error_model="numpy")

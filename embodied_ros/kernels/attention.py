@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import threading
 
+import numba
 import numpy as np
 
-from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels import _vector_attention
+from embodied_ros.kernels._jit import jit, vector_units_available
+from embodied_ros.kernels._vector_attention import row_max
 from embodied_ros.kernels._vector_math import exp_f32
 from embodied_ros.kernels.registry import kernel, reference
 
-MASKED = np.float32(-2.3819763e38)  # the additive mask value of the reference (finite, not -inf)
+MASKED = np.float32(-2.3819763e38)
+VECTOR_ATTENTION = vector_units_available()  # _vector_attention.py; elsewhere BLAS products  # the additive mask value of the reference (finite, not -inf)
 
 
 def _check_heads(op: str, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
@@ -102,27 +106,6 @@ _FAST = {"reassoc", "contract"}
 
 
 @jit(fastmath=_FAST)
-def _row_max(row):  # pragma: no cover - compiled
-    # eight running maxima: LLVM does not vectorize a single max chain over floats
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = row[0]
-    n = row.shape[0]
-    j = 0
-    while j + 8 <= n:
-        m0 = row[j] if row[j] > m0 else m0
-        m1 = row[j + 1] if row[j + 1] > m1 else m1
-        m2 = row[j + 2] if row[j + 2] > m2 else m2
-        m3 = row[j + 3] if row[j + 3] > m3 else m3
-        m4 = row[j + 4] if row[j + 4] > m4 else m4
-        m5 = row[j + 5] if row[j + 5] > m5 else m5
-        m6 = row[j + 6] if row[j + 6] > m6 else m6
-        m7 = row[j + 7] if row[j + 7] > m7 else m7
-        j += 8
-    for k in range(j, n):
-        m0 = row[k] if row[k] > m0 else m0
-    return max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
-
-
-@jit(fastmath=_FAST)
 def _softmax_numerators(scores, scale, bias, bias_row_stride, key_bias, inv_totals):  # pragma: no cover
     # scores: [G, R, Tk] raw dot products -> exp(s - max) in place, and 1 / sum of each row into
     # inv_totals [G, R]: the caller scales the weighted sum's rows instead of these longer ones.
@@ -143,7 +126,7 @@ def _softmax_numerators(scores, scale, bias, bias_row_stride, key_bias, inv_tota
                         s += key_bias[j]
                     row[j] = s
                 factor = np.float32(1.0)
-            top = _row_max(row)
+            top = row_max(row)
             total = np.float32(0.0)
             for j in range(keys):
                 e = exp_f32((row[j] - top) * factor)
@@ -200,16 +183,30 @@ def attention_numba(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarra
         bias = _NO_BIAS_2D
     else:
         bias = np.ascontiguousarray(np.broadcast_to(bias, (q.shape[0], k.shape[0])), dtype=np.float32)
+    if VECTOR_ATTENTION:
+        empty = k[:0]
+        return _vector_attention.attend(_float32(q), (_float32(k), empty), (_float32(v), empty), bias, _NO_BIAS_1D,
+                                        numba.get_num_threads())
     return _grouped(q, k, v, bias, _NO_BIAS_1D)
 
 
 @kernel("cached_attention", "numba")
 def cached_attention_numba(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, cache_bias: np.ndarray | None,
                            k_new: np.ndarray, v_new: np.ndarray) -> np.ndarray:
-    keys = np.concatenate([k_cache, k_new])
-    values = np.concatenate([v_cache, v_new])
-    _check_heads("cached_attention", q, keys, values)
+    _check_heads("cached_attention", q, k_new, v_new)
+    _check_heads("cached_attention", q, k_cache, v_cache)
     key_bias = _NO_BIAS_1D
     if cache_bias is not None:
         key_bias = np.concatenate([cache_bias, np.zeros(k_new.shape[0], np.float32)]).astype(np.float32)
-    return _grouped(q, keys, values, _NO_BIAS_2D, key_bias)
+    if VECTOR_ATTENTION:
+        return _vector_attention.attend(_float32(q), (_float32(k_cache), _float32(k_new)),
+                                        (_float32(v_cache), _float32(v_new)), _NO_BIAS_2D, key_bias,
+                                        numba.get_num_threads())
+    return _grouped(q, np.concatenate([k_cache, k_new]), np.concatenate([v_cache, v_new]), _NO_BIAS_2D, key_bias)
+
+
+def _float32(x: np.ndarray) -> np.ndarray:
+    """The array itself when float32 with contiguous features (rows may be strided), else a copy."""
+    if x.dtype == np.float32 and x.strides[-1] == 4:
+        return x
+    return np.ascontiguousarray(x, dtype=np.float32)

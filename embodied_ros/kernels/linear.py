@@ -1,25 +1,27 @@
 """Linear layers: y = x @ W^T + b, with W stored (out_features, in_features) as in the checkpoints.
 
 `linear(x, w, b)` is the one entry point for every weight type a bundle hands out:
-  float32 ndarray      numpy matmul (BLAS)
-  float16 ndarray      upcast on every call, then BLAS (slow path; `Bundle.weight` upcasts F16
-                       and BF16 once at load, so model code normally never sends these)
-  QuantTensor          q8_0 / q4_k / bf16 blocks, dequantized inside the kernel:
-                       - numpy reference: dequantize the whole matrix, then BLAS;
-                       - numba, N <= FUSED_MAX_ROWS rows (q8_0, q4_k): a fused kernel, parallel
-                         over output features from FUSED_PARALLEL_MIN_MACS on (serial below), that
-                         dequantizes each weight once into a buffer in cache and multiplies it
-                         into every row;
-                       - numba, more rows (and bf16): up to 256 MiB of weight rows at a time
-                         dequantized into a per-thread float32 scratch buffer, multiplied by BLAS
-                         (past ~64 rows BLAS is faster than any loop numba compiles, and the
-                         dequantization is a small fraction of the product).
+  float32 ndarray      a float32 matrix
+  PackedWeight         a float32 matrix packed once into the panels the CPU product reads
+                       (`pack_for_products`; pi0.5 packs its weights at start-up)
+  float16 ndarray      upcast on every call (slow path; `Bundle.weight` upcasts F16 and BF16 once
+                       at load, so model code normally never sends these)
+  QuantTensor          q8_0 / q4_k / bf16 blocks, dequantized inside the kernel
 x may have any leading dimensions: [..., in] -> [..., out].
 
-`linear_t(x, w, b)` is the same product returned transposed, [N, in] -> [out, N] (feature-major),
-for the action expert's ~50-row products: BLAS runs W @ x^T 15-20% faster than x @ W^T at that
-row count (e.g. 50 x 1024 -> 4096 in 1.9 ms instead of 2.3 on two cores), and the fused quantized
-kernels produce that layout anyway. x may be any 2-D view (a transposed one is read as it lies).
+The numba implementation, where the CPU has 16-lane vectors (AVX-512; `VECTOR_GEMM`), runs every
+weight type through one blocked product on those vectors (`_gemm.py`): 2-3x numpy's OpenBLAS when
+OpenBLAS runs its 8-lane kernels (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU), and quantized
+blocks decoded into a packed block in cache, read once per product. Elsewhere:
+  - float32: numpy matmul (BLAS);
+  - quantized, N <= FUSED_MAX_ROWS rows (q8_0, q4_k): a fused kernel, parallel over output
+    features from FUSED_PARALLEL_MIN_MACS on (serial below), that dequantizes each weight once into
+    a buffer in cache and multiplies it into every row;
+  - quantized, more rows (and bf16): up to 256 MiB of weight rows at a time dequantized into a
+    per-thread float32 scratch buffer, multiplied by BLAS.
+
+`linear_t(x, w, b)` is the same product returned transposed, [N, in] -> [out, N] (feature-major).
+x may be any 2-D view (a transposed one is read as it lies).
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ import threading
 import numba
 import numpy as np
 
+from embodied_ros.kernels import _gemm
+from embodied_ros.kernels._gemm import PackedWeight, pack_weight
 from embodied_ros.kernels._jit import jit
 from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, dequantize, dequantize_rows_into,
                                         q4_k_decode_row, q8_0_decode_row, random_quant_tensor)
 from embodied_ros.kernels.registry import kernel, reference
 
+VECTOR_GEMM = _gemm.vector_units_available()  # the blocked vector product serves every weight type
 FUSED_MAX_ROWS = 64  # above this, chunked dequantize + BLAS is faster (measured on dim 3072 x 14336)
 # Below this many multiply-adds a fused product runs on the calling thread: two threads gained
 # nothing up to ~1e8 (50 x 256 -> 1536: 285 us on two, 280 on one) and lose to waking the pool.
@@ -63,6 +68,10 @@ def _examples(rng: np.random.Generator) -> list[tuple]:
         b = rng.standard_normal(n_out, dtype=np.float32)
         cases.append((x, random_quant_tensor(rng, qtype, (n_out, n_in)), b))
     cases.append((rng.standard_normal(256, dtype=np.float32), random_quant_tensor(rng, "q4_k", (3, 256)), None))
+    for rows, n_in, n_out in ((3, 19, 40), (23, 64, 96)):  # packed: a partial last panel, several row tiles
+        x = rng.standard_normal((rows, n_in), dtype=np.float32)
+        cases.append((x, pack_weight(rng.standard_normal((n_out, n_in), dtype=np.float32)),
+                      rng.standard_normal(n_out, dtype=np.float32)))
     return cases
 
 
@@ -80,12 +89,25 @@ def _check_shapes(x: np.ndarray, weight) -> None:
                          f"fit a weight of shape {tuple(weight.shape)} (out_features, in_features)")
 
 
+Weight = np.ndarray | PackedWeight | QuantTensor
+
+
+def pack_for_products(weight: Weight) -> Weight:
+    """The form of a weight the numba product reads fastest: float32 matrices packed into panels
+    where the vector product runs (a copy), anything else unchanged."""
+    if VECTOR_GEMM and isinstance(weight, np.ndarray) and weight.ndim == 2 and weight.dtype == np.float32:
+        return pack_weight(weight)
+    return weight
+
+
 @reference("linear", examples=_examples, rtol=1e-4, atol=1e-4)
-def linear(x: np.ndarray, weight: np.ndarray | QuantTensor, bias: np.ndarray | None = None) -> np.ndarray:
+def linear(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.ndarray:
     # x: [..., in], weight: [out, in] -> [..., out]
     _check_shapes(x, weight)
     if isinstance(weight, QuantTensor):
         weight = dequantize(weight)
+    elif isinstance(weight, PackedWeight):
+        weight = weight.dense()
     elif weight.dtype != np.float32:
         weight = weight.astype(np.float32)
     y = x @ weight.T
@@ -95,33 +117,36 @@ def linear(x: np.ndarray, weight: np.ndarray | QuantTensor, bias: np.ndarray | N
 
 
 @kernel("linear", "numba")
-def linear_numba(x: np.ndarray, weight: np.ndarray | QuantTensor, bias: np.ndarray | None = None) -> np.ndarray:
-    if not isinstance(weight, QuantTensor):
-        return linear(x, weight, bias)
+def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.ndarray:
     _check_shapes(x, weight)
-    rows = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, weight.shape[1])
-    if rows.shape[0] <= FUSED_MAX_ROWS and weight.qtype in ("q8_0", "q4_k"):
-        y = _fused_linear(rows, weight)
+    rows = x.reshape(-1, weight.shape[1])
+    if VECTOR_GEMM or isinstance(weight, PackedWeight):
+        y = _gemm.matmul(rows, _as_float32(weight), bias)
+    elif not isinstance(weight, QuantTensor):
+        return linear(x, weight, bias)
     else:
-        y = _chunked_linear(rows, weight)
-    if bias is not None:
-        y += bias
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        y = _fused_linear(rows, weight) if _fused(rows, weight) else _chunked_linear(rows, weight)
+        if bias is not None:
+            y += bias
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
 @reference("linear_t", examples=_examples_t, rtol=1e-4, atol=1e-4)
-def linear_t(x: np.ndarray, weight: np.ndarray | QuantTensor, bias: np.ndarray | None = None) -> np.ndarray:
+def linear_t(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.ndarray:
     # x: [N, in], weight: [out, in] -> [out, N]
     _check_rows(x, weight)
     return np.ascontiguousarray(linear(x, weight, bias).T)
 
 
 @kernel("linear_t", "numba")
-def linear_t_numba(x: np.ndarray, weight: np.ndarray | QuantTensor, bias: np.ndarray | None = None) -> np.ndarray:
+def linear_t_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.ndarray:
     _check_rows(x, weight)
+    if VECTOR_GEMM or isinstance(weight, PackedWeight):
+        return np.ascontiguousarray(_gemm.matmul(x, _as_float32(weight), bias).T)
     if isinstance(weight, QuantTensor):
         rows = np.ascontiguousarray(x, dtype=np.float32)
-        if rows.shape[0] <= FUSED_MAX_ROWS and weight.qtype in ("q8_0", "q4_k"):
+        if _fused(rows, weight):
             y_t = np.ascontiguousarray(_fused_linear_t(rows, weight))
         else:
             y_t = _chunked_linear(rows, weight, transposed=True)
@@ -130,6 +155,16 @@ def linear_t_numba(x: np.ndarray, weight: np.ndarray | QuantTensor, bias: np.nda
     if bias is not None:
         y_t += bias[:, None]
     return y_t
+
+
+def _as_float32(weight: Weight) -> Weight:
+    if isinstance(weight, np.ndarray) and weight.dtype != np.float32:
+        return weight.astype(np.float32)
+    return weight
+
+
+def _fused(rows: np.ndarray, weight: QuantTensor) -> bool:
+    return rows.shape[0] <= FUSED_MAX_ROWS and weight.qtype in ("q8_0", "q4_k")
 
 
 def _check_rows(x: np.ndarray, weight) -> None:

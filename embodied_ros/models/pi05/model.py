@@ -20,6 +20,7 @@ from embodied_ros.backbone import gemma, siglip
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
 from embodied_ros.heads import action_expert, flow
 from embodied_ros.kernels import KernelSet, reuse_freed_memory
+from embodied_ros.kernels.linear import pack_for_products
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.kernels.rope import rope_tables
 from embodied_ros.models.pi05.config import Pi05Config
@@ -27,10 +28,12 @@ from embodied_ros.models.pi05.weights import check_weights, is_linear_weight
 from embodied_ros.sequence import prefix as layout
 
 
-def prepare_weights(weights: Mapping[str, Any]) -> dict[str, Any]:
+def prepare_weights(weights: Mapping[str, Any], pack: bool = False) -> dict[str, Any]:
     """Weights as the math reads them: float32 C-contiguous arrays (memory-mapped float32 arrays
     are kept as they are, no copy), quantized linear weights and embeddings as QuantTensors; a
-    quantized tensor that is not read by a matrix product (e.g. a position table) is expanded."""
+    quantized tensor that is not read by a matrix product (e.g. a position table) is expanded.
+    With `pack`, float32 matrices are copied once into the layout the CPU product reads
+    (`pack_for_products`: 2-3x faster products at the expert's 50 rows than packing per call)."""
     prepared = {}
     for name, weight in weights.items():
         if isinstance(weight, QuantTensor):
@@ -38,6 +41,8 @@ def prepare_weights(weights: Mapping[str, Any]) -> dict[str, Any]:
             prepared[name] = weight if keep else weight.dequantize()
         else:
             prepared[name] = np.ascontiguousarray(weight, dtype=np.float32)
+            if pack and is_linear_weight(name):
+                prepared[name] = pack_for_products(prepared[name])
     return prepared
 
 
@@ -59,7 +64,7 @@ class Pi05Model:
         self.config = config
         self.ks = KernelSet(backend)
         reuse_freed_memory()  # each step reuses the previous step's array memory (kernels/_allocator.py)
-        self.weights = prepare_weights(weights)
+        self.weights = prepare_weights(weights, pack=backend == "numba")
         self.vision_layers = _layers(self.weights, "vision", config.vision.depth)
         self.lm_layers = [gemma.with_kv_rows(config.lm, w) for w in _layers(self.weights, "lm", config.lm.depth)]
         self.expert_layers = _layers(self.weights, "expert", config.expert.depth)

@@ -1,0 +1,303 @@
+"""The CPU matrix product y = x @ W^T as numba kernels on explicit 16-lane vectors.
+
+Why not numpy's BLAS: OpenBLAS picks its kernels when it loads, and an environment may pin them
+(OPENBLAS_CORETYPE=Haswell runs 8-lane AVX2 kernels on an AVX-512 CPU: 135 GFLOP/s per core on
+the development machine, where 16 lanes give 270). numba compiles for the CPU it runs on, so these
+kernels use the widest vectors it has, whatever the environment says about BLAS. They run on
+numba's OpenMP pool, the one pool of the runtime's other parallel kernels: no second thread pool
+waits for cores between two products.
+
+Layout (as in BLIS and OpenBLAS): W^T is read in panels of 32 output features, [k, 32] contiguous;
+a register tile multiplies up to 10 rows of x by one panel, 20 accumulator vectors, each x value
+broadcast from its row and each panel row loaded once per tile. Float32 weights can be packed into
+panels once (`PackedWeight`); other weights (float32 arrays, Q8_0, Q4_K, BF16 blocks) are packed
+on the fly, a block of panels at a time, into a per-thread buffer that stays in cache while every
+row of x passes over it: a quantized weight is read from memory in its stored size and decoded
+once per product, never written out as float32.
+
+    kernel          role                                            stays in
+    _tile           rows x panel over a block of k, += into y       registers (20 x 16 floats)
+    _panel_rows     every row tile of a row block against one panel L1: panel, L2: rows of x
+    _worker         blocks of panels x blocks of k x blocks of rows L2/L3: packed block
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from embodied_ros.kernels._jit import jit, vector_units_available  # noqa: F401 (re-exported)
+from embodied_ros.kernels._vector_math import _float32_from_bits
+from embodied_ros.kernels.quant import F16_TO_F32, QuantTensor, q4_k_decode_row, q8_0_decode_row
+
+LANES = 16
+PANEL = 2 * LANES  # output features per panel
+MAX_ROWS = 10  # rows of x per register tile: 20 accumulators. 12 ran 3x slower (LLVM's allocation)
+DEPTH_BLOCK = 256  # k per packed block (a multiple of every quantized block size)
+PANEL_BLOCK = 16  # panels packed at a time: 16 x 256 x 32 floats = 512 KiB per thread
+ROW_BLOCK = 256  # rows of x per pass over a packed block: 256 x 256 floats = 256 KiB
+PARALLEL_MIN_MACS = 1 << 17  # smaller products run on the calling thread
+KINDS = {"f32": 0, "q8_0": 1, "q4_k": 2, "bf16": 3}
+_NO_BYTES = np.zeros((0, 0), np.uint8)
+_NO_FLOATS = np.zeros((0, 0), np.float32)
+_ZERO_BIAS = np.zeros(PANEL, np.float32)
+_local = threading.local()
+
+
+# ---- the register tile --------------------------------------------------------------------
+
+@intrinsic
+def _tile(typingctx, rows, a_addr, lda, b_addr, c_addr, ldc, depth, accumulate, bias_addr):
+    """y[rows, 32] = (y if accumulate else bias[32]) + x[rows, depth] @ panel[depth, 32].
+
+    Addresses of float32 data: x rows at a_addr + r * lda (elements), the panel contiguous at
+    b_addr, y rows at c_addr + r * ldc. `rows` must be a compile-time constant (1..MAX_ROWS).
+    """
+    if not isinstance(rows, types.IntegerLiteral):
+        return None
+    n_rows = rows.literal_value
+    signature = types.void(rows, types.uintp, types.intp, types.uintp, types.uintp, types.intp, types.intp,
+                           types.boolean, types.uintp)
+
+    def codegen(context, builder, sig, args):
+        _, a_addr, lda, b_addr, c_addr, ldc, depth, accumulate, bias_addr = args
+        f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+        vector = ir.VectorType(f32, LANES)
+        a, b, c, bias = (builder.inttoptr(v, f32.as_pointer()) for v in (a_addr, b_addr, c_addr, bias_addr))
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
+                                             "llvm.fma.v16f32")
+        zero = ir.Constant(vector, [0.0] * LANES)
+        undef = ir.Constant(vector, ir.Undefined)
+        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+        acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(2)] for _ in range(n_rows)]
+        row_starts = [builder.mul(lda, ir.Constant(i64, r)) for r in range(n_rows)]
+
+        def vector_at(base, offset):
+            return builder.bitcast(builder.gep(base, [offset]), vector.as_pointer())
+
+        with cgutils.for_range(builder, depth) as loop:
+            k = loop.index
+            panel_row = builder.mul(k, ir.Constant(i64, PANEL))
+            w = [builder.load(vector_at(b, builder.add(panel_row, ir.Constant(i64, LANES * h))), align=4)
+                 for h in range(2)]
+            for r in range(n_rows):
+                scalar = builder.load(builder.gep(a, [builder.add(row_starts[r], k)]))
+                x = builder.shuffle_vector(builder.insert_element(undef, scalar, ir.Constant(i32, 0)), undef, splat)
+                for h in range(2):
+                    builder.store(builder.call(fma, [x, w[h], builder.load(acc[r][h])]), acc[r][h])
+        for r in range(n_rows):
+            row = builder.mul(ldc, ir.Constant(i64, r))
+            for h in range(2):
+                target = vector_at(c, builder.add(row, ir.Constant(i64, LANES * h)))
+                start = builder.select(accumulate, builder.load(target, align=4),
+                                       builder.load(vector_at(bias, ir.Constant(i64, LANES * h)), align=4))
+                builder.store(builder.fadd(start, builder.load(acc[r][h])), target, align=4)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@jit(inline="always")
+def _tile_rows(rows, a, lda, b, c, ldc, depth, accumulate, bias):  # pragma: no cover - compiled
+    """_tile with a run-time row count: one compiled tile per count."""
+    if rows == 10:
+        _tile(10, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 9:
+        _tile(9, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 8:
+        _tile(8, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 7:
+        _tile(7, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 6:
+        _tile(6, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 5:
+        _tile(5, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 4:
+        _tile(4, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 3:
+        _tile(3, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 2:
+        _tile(2, a, lda, b, c, ldc, depth, accumulate, bias)
+    else:
+        _tile(1, a, lda, b, c, ldc, depth, accumulate, bias)
+
+
+@jit(inline="always")
+def _panel_rows(x, r0, r1, k0, k1, panel, y, col, bias, scratch):  # pragma: no cover - compiled
+    """y[r0:r1, col:col + 32] (+)= x[r0:r1, k0:k1] @ panel[:k1 - k0]; the first k block (k0 == 0)
+    starts from the bias. Rows go in near-equal tiles of at most MAX_ROWS. Columns past y's width
+    (the last, partial panel) go through `scratch` [MAX_ROWS, 32]."""
+    n_rows, n_cols = r1 - r0, min(PANEL, y.shape[1] - col)
+    tiles = (n_rows + MAX_ROWS - 1) // MAX_ROWS
+    base, extra = n_rows // tiles, n_rows % tiles
+    lda, ldc, depth, first = x.strides[0] // 4, y.strides[0] // 4, k1 - k0, k0 == 0
+    bias_addr = bias[col:].ctypes.data if bias.shape[0] and n_cols == PANEL else _ZERO_BIAS.ctypes.data
+    row = r0
+    for t in range(tiles):
+        rows = base + 1 if t < extra else base
+        a = x.ctypes.data + (row * lda + k0) * 4
+        if n_cols == PANEL:
+            _tile_rows(rows, a, lda, panel.ctypes.data, y.ctypes.data + (row * ldc + col) * 4, ldc, depth,
+                       not first, bias_addr)
+        else:
+            _tile_rows(rows, a, lda, panel.ctypes.data, scratch.ctypes.data, PANEL, depth, False,
+                       _ZERO_BIAS.ctypes.data)
+            for i in range(rows):
+                for j in range(n_cols):
+                    start = y[row + i, col + j] if not first else (bias[col + j] if bias.shape[0] else 0.0)
+                    y[row + i, col + j] = start + scratch[i, j]
+        row += rows
+
+
+# ---- packing W^T into panels ------------------------------------------------------------
+
+@jit(inline="always")
+def _transpose_into(rows, n_rows, panel):  # pragma: no cover - compiled
+    # rows: [>= n_rows, depth] -> panel [depth, 32], columns past n_rows zero
+    depth = panel.shape[0]
+    for k in range(depth):
+        for j in range(n_rows):
+            panel[k, j] = rows[j, k]
+        for j in range(n_rows, PANEL):
+            panel[k, j] = 0.0
+
+
+@jit(inline="always")
+def _pack_panel(kind, w_f32, w_bytes, f16_to_f32, first_row, k0, k1, decoded, panel):  # pragma: no cover
+    """Output features first_row.. (up to 32) over k0..k1 of a weight -> panel [k1 - k0, 32].
+    kind: KINDS; w_f32 [out, in] float32 (kind 0) or w_bytes [out, stored bytes] (others);
+    decoded: [32, DEPTH_BLOCK] float32 scratch for the decoded rows."""
+    n_out = w_f32.shape[0] if kind == 0 else w_bytes.shape[0]
+    n_rows, depth = min(PANEL, n_out - first_row), k1 - k0
+    if kind == 0:
+        _transpose_into(w_f32[first_row:, k0:k1], n_rows, panel[:depth])
+        return
+    for j in range(n_rows):
+        row = w_bytes[first_row + j]
+        if kind == 1:
+            q8_0_decode_row(row[k0 // 32 * 34:k1 // 32 * 34], f16_to_f32, decoded[j])
+        elif kind == 2:
+            q4_k_decode_row(row[k0 // 256 * 144:k1 // 256 * 144], f16_to_f32, decoded[j])
+        else:
+            for k in range(depth):
+                bits = (np.int32(row[2 * (k0 + k)]) << 16) | (np.int32(row[2 * (k0 + k) + 1]) << 24)
+                decoded[j, k] = _float32_from_bits(np.int32(bits))
+    _transpose_into(decoded, n_rows, panel[:depth])
+
+
+# ---- drivers ------------------------------------------------------------------------------
+
+@jit(inline="always")
+def _worker(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, first_panel, last_panel, block,
+            decoded, scratch):  # pragma: no cover - compiled
+    """Panels first_panel..last_panel of y = x @ W^T + bias. packed: [panels, in, 32] (weights packed
+    once; kind ignored) or empty, then W is packed into `block` [PANEL_BLOCK, DEPTH_BLOCK, 32]."""
+    n_rows, depth = x.shape
+    for p0 in range(first_panel, last_panel, PANEL_BLOCK):
+        p1 = min(p0 + PANEL_BLOCK, last_panel)
+        for k0 in range(0, depth, DEPTH_BLOCK):
+            k1 = min(k0 + DEPTH_BLOCK, depth)
+            if not packed.shape[0]:
+                for p in range(p0, p1):
+                    _pack_panel(kind, w_f32, w_bytes, f16_to_f32, p * PANEL, k0, k1, decoded, block[p - p0])
+            for r0 in range(0, n_rows, ROW_BLOCK):
+                r1 = min(r0 + ROW_BLOCK, n_rows)
+                for p in range(p0, p1):
+                    panel = packed[p, k0:k1] if packed.shape[0] else block[p - p0]
+                    _panel_rows(x, r0, r1, k0, k1, panel, y, p * PANEL, bias, scratch)
+
+
+@jit(parallel=True)
+def _product_parallel(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, blocks, decoded,
+                      scratch):  # pragma: no cover - compiled
+    workers = blocks.shape[0]
+    panels = (y.shape[1] + PANEL - 1) // PANEL
+    for worker in numba.prange(workers):
+        _worker(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, worker * panels // workers,
+                (worker + 1) * panels // workers, blocks[worker], decoded[worker], scratch[worker])
+
+
+@jit()
+def _product_serial(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, blocks, decoded,
+                    scratch):  # pragma: no cover - compiled
+    panels = (y.shape[1] + PANEL - 1) // PANEL
+    _worker(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, 0, panels, blocks[0], decoded[0], scratch[0])
+
+
+@dataclass(frozen=True, eq=False)
+class PackedWeight:
+    """A float32 weight [out, in] stored once as the panels the product reads, [>= out / 32, in, 32]
+    (rows past `out` in the last panel are never read). `ks.linear` takes it wherever it takes the
+    array."""
+
+    panels: np.ndarray
+    shape: tuple[int, int]
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def dense(self) -> np.ndarray:
+        """The [out, in] float32 array it was packed from."""
+        n_out, n_in = self.shape
+        return np.ascontiguousarray(self.panels.transpose(0, 2, 1).reshape(-1, n_in)[:n_out])
+
+
+def pack_weight(weight: np.ndarray) -> PackedWeight:
+    """[out, in] float32 -> PackedWeight (a copy in panel layout)."""
+    weight = np.ascontiguousarray(weight, dtype=np.float32)
+    if weight.ndim != 2:
+        raise ValueError(f"pack_weight: expected a matrix [out_features, in_features], got shape {weight.shape}")
+    n_out, n_in = weight.shape
+    padded = np.zeros((-(-n_out // PANEL) * PANEL, n_in), np.float32)
+    padded[:n_out] = weight
+    return PackedWeight(np.ascontiguousarray(padded.reshape(-1, PANEL, n_in).transpose(0, 2, 1)), (n_out, n_in))
+
+
+def _buffers(workers: int, quantized: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-thread packing block, decode rows and partial-panel tile, kept between calls (first
+    touches of fresh pages would cost more than small products)."""
+    cached = getattr(_local, "buffers", None)
+    if cached is None or cached[0].shape[0] < workers:
+        cached = _local.buffers = (np.zeros((workers, PANEL_BLOCK, DEPTH_BLOCK, PANEL), np.float32),
+                                   np.zeros((workers, PANEL, DEPTH_BLOCK), np.float32),
+                                   np.zeros((workers, MAX_ROWS, PANEL), np.float32))
+    return tuple(buffer[:workers] for buffer in cached)
+
+
+def matmul(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
+    """x [N, in] (rows may be strided, features contiguous) @ weight^T + bias -> [N, out] float32.
+    weight: PackedWeight, float32 [out, in] array, or a 2-D QuantTensor (q8_0, q4_k, bf16)."""
+    if x.dtype != np.float32 or x.ndim != 2 or x.strides[1] != 4 or x.strides[0] % 4:
+        x = np.ascontiguousarray(x, dtype=np.float32).reshape(x.shape[0], -1)
+    n_out, n_in = weight.shape
+    y = np.empty((x.shape[0], n_out), np.float32)
+    if x.shape[0] == 0:
+        if bias is not None:
+            y[:] = bias
+        return y
+    w_f32, w_bytes, packed, kind = _NO_FLOATS, _NO_BYTES, _NO_PANELS, 0
+    if isinstance(weight, PackedWeight):
+        packed = weight.panels
+    elif isinstance(weight, QuantTensor):
+        w_bytes, kind = weight.data, KINDS[weight.qtype]
+    else:
+        w_f32 = np.asarray(weight, dtype=np.float32)
+    macs = x.shape[0] * n_in * n_out
+    workers = min(numba.get_num_threads(), -(-n_out // PANEL)) if macs >= PARALLEL_MIN_MACS else 1
+    blocks, decoded, scratch = _buffers(workers, kind != 0)
+    bias = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    run = _product_parallel if workers > 1 else _product_serial
+    run(x, kind, w_f32, w_bytes, F16_TO_F32, packed, bias, y, blocks, decoded, scratch)
+    return y
+
+
+_NO_PANELS = np.zeros((0, 0, PANEL), np.float32)
+_NO_BIAS = np.zeros(0, np.float32)

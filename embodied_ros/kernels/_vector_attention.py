@@ -1,0 +1,193 @@
+"""Softmax attention on the register tiles of `_gemm.py`: scores, softmax and weighted sum of a
+few query rows at a time, in one parallel region, without BLAS.
+
+Rows: the query heads that share one kv head, (query i, head g of the group) in that order, so
+that with a single kv head (Gemma, the pi0.5 expert) every query head is one row of one product.
+Per kv head, its keys are packed as K^T panels [keys / 32, d, 32] and its values as panels
+[d / 32, keys, 32]; per tile of up to 10 rows:
+
+    scores [rows, keys] = q_rows @ K^T           (register tiles over the key panels)
+    p = exp(scores * d^-0.5 + bias - max)        (in place; 1 / sum kept per row)
+    out [rows, d] = (p @ V) / sum                (register tiles over the value panels)
+
+so a tile's scores stay in L1 and never go to memory. Keys and values may come in two parts, the
+cached ones and the new ones, read in that order without being concatenated. The threads share
+the kv heads when there are enough of them (Wan: 24), else the rows of the one head (each thread
+packs that head's keys and values itself: no barrier inside the region).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numba
+import numpy as np
+
+from embodied_ros.kernels._gemm import LANES, MAX_ROWS, PANEL, _tile_rows, _ZERO_BIAS
+from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels._vector_math import exp_f32
+
+_local = threading.local()
+_FAST = {"reassoc", "contract"}  # inlined kernels compile with their caller's flags: set on the callers
+
+
+@jit(fastmath=_FAST)
+def row_max(row):  # pragma: no cover - compiled
+    """max of a float32 row; eight running maxima, as LLVM does not vectorize one max chain."""
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = row[0]
+    n = row.shape[0]
+    j = 0
+    while j + 8 <= n:
+        m0 = row[j] if row[j] > m0 else m0
+        m1 = row[j + 1] if row[j + 1] > m1 else m1
+        m2 = row[j + 2] if row[j + 2] > m2 else m2
+        m3 = row[j + 3] if row[j + 3] > m3 else m3
+        m4 = row[j + 4] if row[j + 4] > m4 else m4
+        m5 = row[j + 5] if row[j + 5] > m5 else m5
+        m6 = row[j + 6] if row[j + 6] > m6 else m6
+        m7 = row[j + 7] if row[j + 7] > m7 else m7
+        j += 8
+    for k in range(j, n):
+        m0 = row[k] if row[k] > m0 else m0
+    return max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
+
+
+@jit(inline="always")
+def _key(first, second, j, head):  # pragma: no cover - compiled
+    """Row j of [first ; second] for one kv head: [d]."""
+    return first[j, head] if j < first.shape[0] else second[j - first.shape[0], head]
+
+
+@jit(inline="always")
+def _pack_head(k1, k2, v1, v2, head, key_panels, value_panels):  # pragma: no cover - compiled
+    # keys: key_panels[p, c, j] = k[32 p + j, c]; values: value_panels[p, j, c] = v[j, 32 p + c]
+    n_keys, width = k1.shape[0] + k2.shape[0], k1.shape[2]
+    for p in range((n_keys + PANEL - 1) // PANEL):
+        for j in range(PANEL):
+            if PANEL * p + j < n_keys:
+                key = _key(k1, k2, PANEL * p + j, head)
+                for c in range(width):
+                    key_panels[p, c, j] = key[c]
+            else:
+                for c in range(width):
+                    key_panels[p, c, j] = 0.0
+    for j in range(n_keys):
+        value = _key(v1, v2, j, head)
+        for p in range((width + PANEL - 1) // PANEL):
+            for c in range(PANEL):
+                value_panels[p, j, c] = value[PANEL * p + c] if PANEL * p + c < width else 0.0
+
+
+@jit(inline="always")
+def _softmax_rows(scores, rows, n_keys, scale, bias, key_bias, first_row, group, inv_totals):  # pragma: no cover
+    # scores[:rows, :n_keys] -> exp(s * scale + bias - max) in place; 1 / sum into inv_totals[:rows]
+    for r in range(rows):
+        row = scores[r, :n_keys]
+        if bias.shape[0] or key_bias.shape[0]:
+            query = (first_row + r) // group
+            for j in range(n_keys):
+                s = row[j] * scale
+                if bias.shape[0]:
+                    s += bias[query, j]
+                if key_bias.shape[0]:
+                    s += key_bias[j]
+                row[j] = s
+            factor = np.float32(1.0)
+        else:
+            factor = scale  # max(s * scale) = max(s) * scale for scale > 0: one pass fewer
+        top = row_max(row)
+        total = np.float32(0.0)
+        for j in range(n_keys):
+            e = exp_f32((row[j] - top) * factor)
+            row[j] = e
+            total += e
+        inv_totals[r] = np.float32(1.0) / total
+
+
+@jit(inline="always")
+def _rows_of_head(q, out, head, r0, r1, n_keys, scale, bias, key_bias, group, key_panels, value_panels,
+                  scores, inv_totals, scratch):  # pragma: no cover - compiled
+    """Rows r0..r1 of kv head `head`: q, out [Hkv, R, d] (rows strided, features contiguous)."""
+    width = q.shape[2]
+    key_blocks, value_blocks = (n_keys + PANEL - 1) // PANEL, (width + PANEL - 1) // PANEL
+    lda, ldo, lds = q.strides[1] // 4, out.strides[1] // 4, scores.shape[1]
+    zero = _ZERO_BIAS.ctypes.data
+    tiles = (r1 - r0 + MAX_ROWS - 1) // MAX_ROWS
+    base, extra = (r1 - r0) // tiles, (r1 - r0) % tiles
+    row = r0
+    for t in range(tiles):
+        rows = base + 1 if t < extra else base
+        q_rows = q[head, row:].ctypes.data
+        for p in range(key_blocks):
+            _tile_rows(rows, q_rows, lda, key_panels[p].ctypes.data, scores[:, PANEL * p:].ctypes.data, lds, width,
+                       False, zero)
+        _softmax_rows(scores, rows, n_keys, scale, bias, key_bias, row, group, inv_totals)
+        for p in range(value_blocks):
+            columns = min(PANEL, width - PANEL * p)
+            target = out[head, row:, PANEL * p:].ctypes.data if columns == PANEL else scratch.ctypes.data
+            _tile_rows(rows, scores.ctypes.data, lds, value_panels[p].ctypes.data, target,
+                       ldo if columns == PANEL else PANEL, n_keys, False, zero)
+            for i in range(rows):
+                inv = inv_totals[i]
+                for c in range(columns):
+                    value = out[head, row + i, PANEL * p + c] if columns == PANEL else scratch[i, c]
+                    out[head, row + i, PANEL * p + c] = value * inv
+        row += rows
+
+
+@jit(parallel=True, fastmath=_FAST)
+def _attention(q, k1, k2, v1, v2, bias, key_bias, scale, group, out, key_panels, value_panels, scores,
+               inv_totals, scratch):  # pragma: no cover - compiled
+    """q, out: [Hkv, R, d], row r the query r // group; k1, v1: [T1, Hkv, d] and k2, v2: [T2, Hkv, d],
+    the keys in that order; bias [Tq, T1 + T2] or [0, 0]; key_bias [T1 + T2] or [0]. Buffers per
+    worker."""
+    workers, n_kv, n_rows = key_panels.shape[0], q.shape[0], q.shape[1]
+    n_keys = k1.shape[0] + k2.shape[0]
+    for worker in numba.prange(workers):
+        if n_kv >= workers:  # whole kv heads per worker
+            heads, first_row, last_row = range(worker, n_kv, workers), 0, n_rows
+        else:  # one head at a time, its rows shared
+            heads, first_row, last_row = range(n_kv), worker * n_rows // workers, (worker + 1) * n_rows // workers
+        for head in heads:
+            if last_row > first_row:
+                _pack_head(k1, k2, v1, v2, head, key_panels[worker], value_panels[worker])
+                _rows_of_head(q, out, head, first_row, last_row, n_keys, scale, bias, key_bias, group,
+                              key_panels[worker], value_panels[worker], scores[worker], inv_totals[worker],
+                              scratch[worker])
+
+
+def _buffers(workers: int, n_keys: int, width: int) -> tuple[np.ndarray, ...]:
+    """Per-worker packed keys, packed values, one tile's scores, its 1/sums and a partial-panel tile;
+    kept between calls while large enough."""
+    key_blocks, value_blocks = -(-n_keys // PANEL), -(-width // PANEL)
+    shapes = ((workers, key_blocks, width, PANEL), (workers, value_blocks, n_keys, PANEL),
+              (workers, MAX_ROWS, key_blocks * PANEL), (workers, MAX_ROWS), (workers, MAX_ROWS, PANEL))
+    cached = getattr(_local, "buffers", None)
+    if cached is None or any(b.size < np.prod(s) for b, s in zip(cached, shapes)):
+        cached = _local.buffers = tuple(np.zeros(int(np.prod(s)) * 2, np.float32) for s in shapes)
+    return tuple(b[:int(np.prod(s))].reshape(s) for b, s in zip(cached, shapes))
+
+
+def attend(q: np.ndarray, keys: tuple[np.ndarray, np.ndarray], values: tuple[np.ndarray, np.ndarray],
+           bias: np.ndarray, key_bias: np.ndarray, workers: int) -> np.ndarray:
+    """q [Tq, Hq, d]; keys, values: two parts, each [T, Hkv, d]; bias [Tq, Tk] or [0, 0]; key_bias
+    [Tk] or [0] -> [Tq, Hq, d]."""
+    n_queries, n_heads, width = q.shape
+    n_kv = keys[0].shape[1]
+    group = n_heads // n_kv
+    if n_kv == 1 or group == 1:  # the rows of each kv head at one stride: views, no copies
+        q_rows = q.reshape(n_queries * n_heads, width)[None] if n_kv == 1 else q.transpose(1, 0, 2)
+        out = np.empty((n_queries, n_heads, width), np.float32)
+        out_rows = out.reshape(n_queries * n_heads, width)[None] if n_kv == 1 else out.transpose(1, 0, 2)
+    else:
+        q_rows = np.ascontiguousarray(
+            q.reshape(n_queries, n_kv, group, width).transpose(1, 0, 2, 3)).reshape(n_kv, -1, width)
+        out_rows = np.empty_like(q_rows)
+    n_keys = keys[0].shape[0] + keys[1].shape[0]
+    workers = max(1, min(workers, max(n_kv, q_rows.shape[1] // MAX_ROWS)))
+    buffers = _buffers(workers, n_keys, width)
+    _attention(q_rows, keys[0], keys[1], values[0], values[1], bias, key_bias, np.float32(width ** -0.5),
+               n_heads // n_kv, out_rows, *buffers)
+    if n_kv == 1 or group == 1:
+        return out
+    return out_rows.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
