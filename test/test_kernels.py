@@ -56,12 +56,12 @@ def test_products_without_vector_units_match_reference(op, monkeypatch):
 
 @pytest.mark.parametrize("rows", list(range(1, 12)) + [23, 50, 257, 300])
 def test_vector_product_row_tiles_and_blocks(rows):
-    """Every register-tile height, several row blocks, a partial last panel, depth over several blocks
-    (float32 packed per call, packed once, q4_k), and rows read at a stride."""
+    """Every register-tile height, several row blocks, several panel blocks and a partial last panel,
+    depth over several blocks (float32 packed per call, packed once, q4_k), rows read at a stride."""
     from embodied_ros.kernels import _gemm
     from embodied_ros.kernels.quant import dequantize, random_quant_tensor
     rng = np.random.default_rng(rows)
-    depth, n_out = 2 * _gemm.DEPTH_BLOCK + 256, 3 * _gemm.PANEL + 5
+    depth, n_out = 2 * _gemm.DEPTH_BLOCK + 256, (_gemm.PANEL_BLOCK + 1) * _gemm.PANEL + 5
     wide = rng.standard_normal((rows, depth + 3), dtype=np.float32)
     x = wide[:, 1:depth + 1]  # rows at a stride
     w = rng.standard_normal((n_out, depth), dtype=np.float32) * 0.05
