@@ -52,7 +52,6 @@ PANEL_BLOCK = 8  # panels packed at a time: 8 x 512 x 32 floats = 512 KiB per th
 ROW_BLOCK = 128  # rows of x per pass over a packed block: 128 x 512 floats = 256 KiB
 PARALLEL_MIN_MACS = 1 << 17  # smaller products run on the calling thread
 KINDS = {"f32": 0, "q8_0": 1, "q4_k": 2, "bf16": 3}
-_NO_BYTES = np.zeros((0, 0), np.uint8)
 _NO_FLOATS = np.zeros((0, 0), np.float32)
 _NO_PANELS = np.zeros((0, 0, PANEL), np.float32)
 _NO_BIAS = np.zeros(0, np.float32)
@@ -164,6 +163,34 @@ def _prefetch(typingctx, addr):
         return context.get_dummy_value()
 
     return signature, codegen
+
+
+@intrinsic
+def _float_pointer(typingctx, addr):
+    """The address as a float32 pointer (for numba.carray)."""
+    return types.CPointer(types.float32)(types.uintp), lambda c, b, sig, args: b.inttoptr(
+        args[0], c.get_value_type(sig.return_type))
+
+
+@intrinsic
+def _byte_pointer(typingctx, addr):
+    """The address as a uint8 pointer (for numba.carray)."""
+    return types.CPointer(types.uint8)(types.uintp), lambda c, b, sig, args: b.inttoptr(
+        args[0], c.get_value_type(sig.return_type))
+
+
+@jit(inline="always")
+def floats_at(addr, rows, stride, cols):  # pragma: no cover - compiled
+    """float32 [rows, cols] at addr with rows `stride` elements apart, as an array view. Kernels take
+    addresses, not arrays: every layout, stride and read-only flag an array can have would be a
+    type of its own, compiled apart (seconds each, possibly inside a control step)."""
+    return numba.carray(_float_pointer(addr), (rows, stride))[:, :cols]
+
+
+@jit(inline="always")
+def bytes_at(addr, rows, stride):  # pragma: no cover - compiled
+    """uint8 [rows, stride] at addr, as an array view."""
+    return numba.carray(_byte_pointer(addr), (rows, stride))
 
 
 @jit(inline="always")
@@ -315,21 +342,36 @@ def _worker(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, first_panel, l
                     _panel_rows(x, r0, r1, k0, k1, panel, y, p * PANEL, bias, scratch)
 
 
+@jit(inline="always")
+def _product(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, packed, bias_addr, y_addr, ldy,
+             f16_to_f32, first_panel, last_panel, block, decoded, scratch):  # pragma: no cover - compiled
+    x, y = floats_at(x_addr, n_rows, lda, depth), floats_at(y_addr, n_rows, ldy, n_out)
+    w_f32 = floats_at(w_addr, n_out if kind == 0 else 0, w_stride, depth)
+    w_bytes = bytes_at(w_addr, n_out if kind != 0 else 0, w_stride)
+    n_bias = n_out if bias_addr else 0
+    bias = floats_at(bias_addr, 1, n_bias, n_bias)[0]
+    _worker(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, first_panel, last_panel, block, decoded,
+            scratch)
+
+
 @jit(parallel=True)
-def _product_parallel(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, blocks, decoded,
-                      scratch):  # pragma: no cover - compiled
+def _product_parallel(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, packed, bias_addr, y_addr, ldy,
+                      f16_to_f32, blocks, decoded, scratch):  # pragma: no cover - compiled
+    """y = x @ W^T + bias on every worker (one per buffer), each on its share of the panels.
+    Addresses and strides in float32 elements (bytes for a quantized W's rows); bias_addr 0: none."""
     workers = blocks.shape[0]
-    panels = (y.shape[1] + PANEL - 1) // PANEL
+    panels = (n_out + PANEL - 1) // PANEL
     for worker in numba.prange(workers):
-        _worker(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, worker * panels // workers,
-                (worker + 1) * panels // workers, blocks[worker], decoded[worker], scratch[worker])
+        _product(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, packed, bias_addr, y_addr, ldy,
+                 f16_to_f32, worker * panels // workers, (worker + 1) * panels // workers, blocks[worker], decoded[worker],
+                 scratch[worker])
 
 
 @jit()
-def _product_serial(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, blocks, decoded,
-                    scratch):  # pragma: no cover - compiled
-    panels = (y.shape[1] + PANEL - 1) // PANEL
-    _worker(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, 0, panels, blocks[0], decoded[0], scratch[0])
+def _product_serial(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, packed, bias_addr, y_addr, ldy,
+                    f16_to_f32, blocks, decoded, scratch):  # pragma: no cover - compiled
+    _product(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, packed, bias_addr, y_addr, ldy, f16_to_f32,
+             0, (n_out + PANEL - 1) // PANEL, blocks[0], decoded[0], scratch[0])
 
 
 @dataclass(frozen=True, eq=False)
@@ -376,25 +418,35 @@ def _buffers(workers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def matmul(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
     """x [N, in] (rows may be strided, features contiguous) @ weight^T + bias -> [N, out] float32.
     weight: PackedWeight, float32 [out, in] array, or a 2-D QuantTensor (q8_0, q4_k, bf16)."""
-    if x.dtype != np.float32 or x.ndim != 2 or x.strides[1] != 4 or x.strides[0] % 4:
-        x = np.ascontiguousarray(x, dtype=np.float32).reshape(x.shape[0], -1)
+    x = _rows_view(x)
     n_out, n_in = weight.shape
     y = np.empty((x.shape[0], n_out), np.float32)
     if x.shape[0] == 0:
         if bias is not None:
             y[:] = bias
         return y
-    w_f32, w_bytes, packed, kind = _NO_FLOATS, _NO_BYTES, _NO_PANELS, 0
+    packed, kind, w = _NO_PANELS, 0, _NO_FLOATS
     if isinstance(weight, PackedWeight):
         packed = weight.panels
     elif isinstance(weight, QuantTensor):
-        w_bytes, kind = weight.data, KINDS[weight.qtype]
+        kind, w = KINDS[weight.qtype], weight.data
+        if w.strides[-1] != 1:
+            w = np.ascontiguousarray(w)
     else:
-        w_f32 = np.asarray(weight, dtype=np.float32)
+        w = _rows_view(weight)
+    w_stride = w.strides[0] if kind else w.strides[0] // 4
+    bias = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
     macs = x.shape[0] * n_in * n_out
     workers = min(numba.get_num_threads(), -(-n_out // PANEL)) if macs >= PARALLEL_MIN_MACS else 1
-    blocks, decoded, scratch = _buffers(workers)
-    bias = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
     run = _product_parallel if workers > 1 else _product_serial
-    run(x, kind, w_f32, w_bytes, F16_TO_F32, packed, bias, y, blocks, decoded, scratch)
+    run(x.ctypes.data, x.shape[0], n_in, x.strides[0] // 4, kind, w.ctypes.data, w_stride, n_out, packed,
+        bias.ctypes.data if bias.size else 0, y.ctypes.data, n_out, F16_TO_F32, *_buffers(workers))
     return y
+
+
+def _rows_view(a: np.ndarray) -> np.ndarray:
+    """A 2-D float32 array whose rows are `strides[0] // 4` elements apart and whose features are
+    contiguous: the array itself when it already is one, else a copy."""
+    if a.dtype == np.float32 and a.ndim == 2 and a.strides[1] == 4 and a.strides[0] % 4 == 0 and a.strides[0] >= 0:
+        return a
+    return np.ascontiguousarray(a, dtype=np.float32).reshape(a.shape[0], -1)

@@ -23,7 +23,7 @@ import threading
 import numba
 import numpy as np
 
-from embodied_ros.kernels._gemm import LANES, MAX_ROWS, PANEL, _tile_rows, _ZERO_BIAS
+from embodied_ros.kernels._gemm import LANES, MAX_ROWS, PANEL, _tile_rows, _transpose16, _ZERO_BIAS, floats_at
 from embodied_ros.kernels._jit import jit
 from embodied_ros.kernels._vector_math import exp_f32
 
@@ -53,29 +53,37 @@ def row_max(row):  # pragma: no cover - compiled
 
 
 @jit(inline="always")
-def _key(first, second, j, head):  # pragma: no cover - compiled
-    """Row j of [first ; second] for one kv head: [d]."""
-    return first[j, head] if j < first.shape[0] else second[j - first.shape[0], head]
+def _key_address(parts, which, j, head):  # pragma: no cover - compiled
+    """Address of key (which = 0) or value (which = 2) j of a kv head, from the two parts' layouts
+    parts[which], parts[which + 1] = (address, rows, row stride, head stride), strides in floats."""
+    if j >= parts[which, 1]:
+        j, which = j - parts[which, 1], which + 1
+    return parts[which, 0] + (j * parts[which, 2] + head * parts[which, 3]) * 4
 
 
 @jit(inline="always")
-def _pack_head(k1, k2, v1, v2, head, key_panels, value_panels):  # pragma: no cover - compiled
+def _pack_head(parts, head, width, key_panels, value_panels):  # pragma: no cover - compiled
     # keys: key_panels[p, c, j] = k[32 p + j, c]; values: value_panels[p, j, c] = v[j, 32 p + c]
-    n_keys, width = k1.shape[0] + k2.shape[0], k1.shape[2]
+    n_keys = parts[0, 1] + parts[1, 1]
     for p in range((n_keys + PANEL - 1) // PANEL):
+        first, last = PANEL * p, min(PANEL * p + PANEL, n_keys)
+        one_part = last <= parts[0, 1] or first >= parts[0, 1]
+        if last - first == PANEL and one_part and width % LANES == 0:  # rows at one stride: vector transposes
+            which = 0 if last <= parts[0, 1] else 1
+            for half in range(2):
+                rows = _key_address(parts, 0, first + LANES * half, head)
+                for c in range(0, width, LANES):
+                    _transpose16(rows + 4 * c, parts[which, 2], key_panels[p, c:, LANES * half:].ctypes.data, PANEL)
+            continue
         for j in range(PANEL):
-            if PANEL * p + j < n_keys:
-                key = _key(k1, k2, PANEL * p + j, head)
-                for c in range(width):
-                    key_panels[p, c, j] = key[c]
-            else:
-                for c in range(width):
-                    key_panels[p, c, j] = 0.0
+            key = floats_at(_key_address(parts, 0, min(first + j, n_keys - 1), head), 1, width, width)[0]
+            for c in range(width):
+                key_panels[p, c, j] = key[c] if first + j < last else np.float32(0.0)
     for j in range(n_keys):
-        value = _key(v1, v2, j, head)
+        value = floats_at(_key_address(parts, 2, j, head), 1, width, width)[0]
         for p in range((width + PANEL - 1) // PANEL):
             for c in range(PANEL):
-                value_panels[p, j, c] = value[PANEL * p + c] if PANEL * p + c < width else 0.0
+                value_panels[p, j, c] = value[PANEL * p + c] if PANEL * p + c < width else np.float32(0.0)
 
 
 @jit(inline="always")
@@ -105,44 +113,46 @@ def _softmax_rows(scores, rows, n_keys, scale, bias, key_bias, first_row, group,
 
 
 @jit(inline="always")
-def _rows_of_head(q, out, head, r0, r1, n_keys, scale, bias, key_bias, group, key_panels, value_panels,
+def _rows_of_head(q, out, head, r0, r1, width, n_keys, scale, bias, key_bias, group, key_panels, value_panels,
                   scores, inv_totals, scratch):  # pragma: no cover - compiled
-    """Rows r0..r1 of kv head `head`: q, out [Hkv, R, d] (rows strided, features contiguous)."""
-    width = q.shape[2]
+    """Rows r0..r1 of kv head `head`. q, out: (address, head stride, row stride) in floats, features
+    contiguous."""
     key_blocks, value_blocks = (n_keys + PANEL - 1) // PANEL, (width + PANEL - 1) // PANEL
-    lda, ldo, lds = q.strides[1] // 4, out.strides[1] // 4, scores.shape[1]
-    zero = _ZERO_BIAS.ctypes.data
+    lds, zero = scores.shape[1], _ZERO_BIAS.ctypes.data
     tiles = (r1 - r0 + MAX_ROWS - 1) // MAX_ROWS
     base, extra = (r1 - r0) // tiles, (r1 - r0) % tiles
     row = r0
     for t in range(tiles):
         rows = base + 1 if t < extra else base
-        q_rows = q[head, row:].ctypes.data
+        q_rows = q[0] + (head * q[1] + row * q[2]) * 4
         for p in range(key_blocks):
-            _tile_rows(rows, q_rows, lda, key_panels[p].ctypes.data, scores[:, PANEL * p:].ctypes.data, lds, width,
+            _tile_rows(rows, q_rows, q[2], key_panels[p].ctypes.data, scores[:, PANEL * p:].ctypes.data, lds, width,
                        False, zero)
         _softmax_rows(scores, rows, n_keys, scale, bias, key_bias, row, group, inv_totals)
+        out_rows = floats_at(out[0] + (head * out[1] + row * out[2]) * 4, rows, out[2], width)
         for p in range(value_blocks):
             columns = min(PANEL, width - PANEL * p)
-            target = out[head, row:, PANEL * p:].ctypes.data if columns == PANEL else scratch.ctypes.data
+            target = out_rows[:, PANEL * p:].ctypes.data if columns == PANEL else scratch.ctypes.data
             _tile_rows(rows, scores.ctypes.data, lds, value_panels[p].ctypes.data, target,
-                       ldo if columns == PANEL else PANEL, n_keys, False, zero)
+                       out[2] if columns == PANEL else PANEL, n_keys, False, zero)
             for i in range(rows):
                 inv = inv_totals[i]
                 for c in range(columns):
-                    value = out[head, row + i, PANEL * p + c] if columns == PANEL else scratch[i, c]
-                    out[head, row + i, PANEL * p + c] = value * inv
+                    value = out_rows[i, PANEL * p + c] if columns == PANEL else scratch[i, c]
+                    out_rows[i, PANEL * p + c] = value * inv
         row += rows
 
 
 @jit(parallel=True, fastmath=_FAST)
-def _attention(q, k1, k2, v1, v2, bias, key_bias, scale, group, out, key_panels, value_panels, scores,
-               inv_totals, scratch):  # pragma: no cover - compiled
-    """q, out: [Hkv, R, d], row r the query r // group; k1, v1: [T1, Hkv, d] and k2, v2: [T2, Hkv, d],
-    the keys in that order; bias [Tq, T1 + T2] or [0, 0]; key_bias [T1 + T2] or [0]. Buffers per
-    worker."""
-    workers, n_kv, n_rows = key_panels.shape[0], q.shape[0], q.shape[1]
-    n_keys = k1.shape[0] + k2.shape[0]
+def _attention(q, out, n_kv, n_rows, width, parts, bias_layout, key_bias_addr, scale, group, key_panels,
+               value_panels, scores, inv_totals, scratch):  # pragma: no cover - compiled
+    """Rows r of each kv head are query r // group. q, out: (address, head stride, row stride);
+    parts: [4, 4] layouts of keys (two parts) then values (two parts), see _key_address;
+    bias_layout: (address, rows, row stride) of a [Tq, keys] bias or address 0; key_bias_addr: a
+    [keys] bias or 0. Buffers per worker; strides in floats."""
+    workers, n_keys = key_panels.shape[0], parts[0, 1] + parts[1, 1]
+    bias = floats_at(bias_layout[0], bias_layout[1], bias_layout[2], n_keys if bias_layout[0] else 0)
+    key_bias = floats_at(key_bias_addr, 1, n_keys if key_bias_addr else 0, n_keys if key_bias_addr else 0)[0]
     for worker in numba.prange(workers):
         if n_kv >= workers:  # whole kv heads per worker
             heads, first_row, last_row = range(worker, n_kv, workers), 0, n_rows
@@ -150,8 +160,8 @@ def _attention(q, k1, k2, v1, v2, bias, key_bias, scale, group, out, key_panels,
             heads, first_row, last_row = range(n_kv), worker * n_rows // workers, (worker + 1) * n_rows // workers
         for head in heads:
             if last_row > first_row:
-                _pack_head(k1, k2, v1, v2, head, key_panels[worker], value_panels[worker])
-                _rows_of_head(q, out, head, first_row, last_row, n_keys, scale, bias, key_bias, group,
+                _pack_head(parts, head, width, key_panels[worker], value_panels[worker])
+                _rows_of_head(q, out, head, first_row, last_row, width, n_keys, scale, bias, key_bias, group,
                               key_panels[worker], value_panels[worker], scores[worker], inv_totals[worker],
                               scratch[worker])
 
@@ -170,8 +180,8 @@ def _buffers(workers: int, n_keys: int, width: int) -> tuple[np.ndarray, ...]:
 
 def attend(q: np.ndarray, keys: tuple[np.ndarray, np.ndarray], values: tuple[np.ndarray, np.ndarray],
            bias: np.ndarray, key_bias: np.ndarray, workers: int) -> np.ndarray:
-    """q [Tq, Hq, d]; keys, values: two parts, each [T, Hkv, d]; bias [Tq, Tk] or [0, 0]; key_bias
-    [Tk] or [0] -> [Tq, Hq, d]."""
+    """q [Tq, Hq, d]; keys, values: two parts, each [T, Hkv, d] (features contiguous); bias [Tq, Tk]
+    or [0, 0]; key_bias [Tk] or [0] -> [Tq, Hq, d]."""
     n_queries, n_heads, width = q.shape
     n_kv = keys[0].shape[1]
     group = n_heads // n_kv
@@ -185,9 +195,22 @@ def attend(q: np.ndarray, keys: tuple[np.ndarray, np.ndarray], values: tuple[np.
         out_rows = np.empty_like(q_rows)
     n_keys = keys[0].shape[0] + keys[1].shape[0]
     workers = max(1, min(workers, max(n_kv, q_rows.shape[1] // MAX_ROWS)))
-    buffers = _buffers(workers, n_keys, width)
-    _attention(q_rows, keys[0], keys[1], values[0], values[1], bias, key_bias, np.float32(width ** -0.5),
-               n_heads // n_kv, out_rows, *buffers)
+    parts = np.array([_part_layout(part) for part in (*keys, *values)], np.int64)
+    bias_layout = np.array([bias.ctypes.data, bias.shape[0], bias.strides[0] // 4] if bias.size else [0, 0, 0],
+                           np.int64)
+    _attention(_rows_layout(q_rows), _rows_layout(out_rows), n_kv, q_rows.shape[1], width, parts, bias_layout,
+               key_bias.ctypes.data if key_bias.size else 0, np.float32(width ** -0.5), group,
+               *_buffers(workers, n_keys, width))
     if n_kv == 1 or group == 1:
         return out
     return out_rows.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
+
+
+def _rows_layout(a: np.ndarray) -> np.ndarray:
+    """[heads, rows, d] float32, features contiguous -> (address, head stride, row stride) in floats."""
+    return np.array([a.ctypes.data, a.strides[0] // 4, a.strides[1] // 4], np.int64)
+
+
+def _part_layout(a: np.ndarray) -> tuple[int, int, int, int]:
+    """[rows, heads, d] float32, features contiguous -> (address, rows, row stride, head stride)."""
+    return a.ctypes.data, a.shape[0], a.strides[0] // 4, a.strides[1] // 4

@@ -68,6 +68,8 @@ def _cached_examples(rng: np.random.Generator) -> list[tuple]:
         cache_bias = _random_bias(rng, 1, n)[0]
         cases.append((q, k_cache, v_cache, None, k_new, v_new))
         cases.append((q, k_cache, v_cache, cache_bias, k_new, v_new))
+    for array in cases[-1][1:3]:  # a sealed prefix cache is read-only (a type of its own to compile)
+        array.flags.writeable = False
     return cases
 
 

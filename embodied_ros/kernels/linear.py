@@ -72,6 +72,11 @@ def _examples(rng: np.random.Generator) -> list[tuple]:
         x = rng.standard_normal((rows, n_in), dtype=np.float32)
         cases.append((x, pack_weight(rng.standard_normal((n_out, n_in), dtype=np.float32)),
                       rng.standard_normal(n_out, dtype=np.float32)))
+    read_only = [rng.standard_normal((9, 64), dtype=np.float32), random_quant_tensor(rng, "q8_0", (9, 64)),
+                 random_quant_tensor(rng, "q4_k", (9, 256))]  # as a memory-mapped bundle hands them out
+    for weight in read_only:
+        (weight.data if isinstance(weight, QuantTensor) else weight).flags.writeable = False
+        cases.append((rng.standard_normal((5, weight.shape[1]), dtype=np.float32), weight, None))
     return cases
 
 
