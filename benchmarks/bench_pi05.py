@@ -117,14 +117,16 @@ def record_case(record: Path, k: int = 0) -> dict:
 
 
 def kernels_note() -> str:
-    """A sentence on numpy's OpenBLAS kernels when the environment chose them, else ""."""
+    """Sentences on numpy's OpenBLAS kernels when the environment chose them, and on what runs this
+    runtime's products."""
     info = common.machine_description()
     forced, kernels = info.get("openblas_coretype_env"), (info.get("blas") or {}).get("kernels")
-    if not forced or not kernels:
-        return ""
-    return (f" numpy's OpenBLAS runs its {kernels} kernels here because the environment sets "
-            f"OPENBLAS_CORETYPE={forced}; `--openblas-kernels auto` measures the kernels OpenBLAS picks for "
-            "this CPU (sections ending in _openblas_auto).")
+    note = ""
+    if forced and kernels:
+        note = (f" numpy's OpenBLAS runs its {kernels} kernels here because the environment sets "
+                f"OPENBLAS_CORETYPE={forced}; `--openblas-kernels auto` measures the kernels OpenBLAS picks for "
+                "this CPU (sections ending in _openblas_auto).")
+    return note + common.runtime_products_note()
 
 
 def best(runs: list[float]) -> float:
@@ -230,8 +232,12 @@ def part_small(args) -> tuple[str, str]:
             ours.append(stages)
         torch_rounds.append(torch_runs(args, "pi05_small", record=args.record))
     error = float(np.abs(actions[:, : case["actions"].shape[1]] - case["actions"]).max())
+    from embodied_ros.kernels._gemm import PackedWeight
+    packed = any(isinstance(w, PackedWeight) for w in model.weights.values())
     memory = {"peak_rss_mb": common.peak_rss_mb(), "rss_start_mb": rss_start,
-              "weights_mib": sum(bundle.tensor_info(n).nbytes for n in bundle.weight_names) / 2**20}
+              "weights_mib": sum(bundle.tensor_info(n).nbytes for n in bundle.weight_names) / 2**20,
+              "weights_form": ("memory-mapped; the float32 matrices copied once into the panels the CPU product "
+                               "reads" if packed else "memory-mapped")}
     return small_report(args, config, ours, [r for r in torch_rounds if r], audit, error, memory)
 
 
@@ -296,7 +302,7 @@ def small_report(args, config, ours, torch_rounds, audit, error, memory) -> tupl
         "",
         f"Memory: peak RSS of this process {memory['peak_rss_mb']:.0f} MiB ({memory['rss_start_mb']:.0f} MiB with numpy "
         f"imported, before the runtime and its compiled kernels were loaded; weights {memory['weights_mib']:.1f} MiB, "
-        "memory-mapped)"
+        f"{memory['weights_form']})"
         + (f"; PyTorch process {torch_memory:.0f} MiB." if torch_memory else "."),
         f"Max abs action error vs the record, case 0: ours {error:.2e}"
         + (f", PyTorch policy {torch_error:.2e}." if torch_error is not None else "."),

@@ -179,7 +179,7 @@ def result_rows(memory, wall, cpu, errors, torch_result, flops) -> list[dict]:
     best_cpu = {q: min(cpu[q]) for q in TYPES}
     rows = []
     for qtype in TYPES:
-        rows.append({"implementation": "embodied_ros (numba + BLAS)", "weights": qtype.upper(),
+        rows.append({"implementation": "embodied_ros (numba)", "weights": qtype.upper(),
                      "weights MiB": round(memory[qtype], 2), "best ms": round(best[qtype], 1),
                      "median ms": round(common.Timing(wall[qtype]).median_ms, 1),
                      "best vs own F32": round(best[qtype] / best["f32"], 3),
@@ -234,9 +234,11 @@ def main(argv=None) -> int:
         f"{args.tokens} latent tokens (grid f,h,w = {grid}{origin}), {args.text_tokens} text tokens, per-token "
         f"time embedding, batch 1, {args.threads} thread(s); {flops / 1e9:.1f} GFLOP per call (context K/V "
         f"{context}). Random weights, each type read from a blocks-only bundle written with it (matrices in that "
-        f"type; biases, norms and the modulation table F32). Runs of the three types interleaved, {args.repeats} "
-        f"each after a warm-up. {torch_line} Ratios use each type's best run (other processes on a shared machine "
-        f"only add time); CPU ms is this process's CPU time per call.",
+        f"type; biases, norms and the modulation table F32), multiplied as stored: each product packs its "
+        f"weight's float32 rows, or decodes its Q8_0 / Q4_K blocks, into the panels it reads. Runs of the three "
+        f"types interleaved, {args.repeats} each after a warm-up. {torch_line} Ratios use each type's best run "
+        f"(other processes on a shared machine only add time); CPU ms is this process's CPU time per call."
+        f"{common.runtime_products_note()}",
         "", table, "",
         f"Q4_K block: {memory['q4_k']:.2f} MiB (budget 88.1 MiB; BF16 {memory['bf16']:.2f} MiB). Latency, best "
         f"run: Q4_K / F32 {best['q4_k'] / best['f32']:.3f}, Q8_0 / F32 {best['q8_0'] / best['f32']:.3f}. Output "

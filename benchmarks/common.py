@@ -195,6 +195,16 @@ def openblas_kernels() -> str | None:
     return None
 
 
+def runtime_products_note() -> str:
+    """A sentence on what runs this runtime's matrix products on this CPU (imports the runtime)."""
+    from embodied_ros.kernels import linear
+    if linear.VECTOR_GEMM:
+        return (" This runtime's matrix products and attention run as numba kernels on the CPU's 16-lane vectors "
+                "(AVX-512; embodied_ros/kernels/_gemm.py), not through OpenBLAS: OPENBLAS_CORETYPE changes only "
+                "numpy's sgemm rate shown here and the PyTorch side (MKL) not at all.")
+    return " This runtime's float32 matrix products run through numpy's BLAS (the CPU has no AVX-512)."
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
