@@ -18,6 +18,7 @@ packs that head's keys and values itself: no barrier inside the region).
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numba
@@ -168,14 +169,21 @@ def _attention(q, out, n_kv, n_rows, width, parts, bias_layout, key_bias_addr, s
 
 def _buffers(workers: int, n_keys: int, width: int) -> tuple[np.ndarray, ...]:
     """Per-worker packed keys, packed values, one tile's scores, its 1/sums and a partial-panel tile;
-    kept between calls while large enough."""
+    the same views again for the same sizes (every step of a solve), new views on storage kept
+    between calls while it is large enough."""
+    sizes = (workers, n_keys, width)
+    cached = getattr(_local, "buffers", None)
+    if cached is not None and cached[0] == sizes:
+        return cached[1]
     key_blocks, value_blocks = -(-n_keys // PANEL), -(-width // PANEL)
     shapes = ((workers, key_blocks, width, PANEL), (workers, value_blocks, n_keys, PANEL),
               (workers, MAX_ROWS, key_blocks * PANEL), (workers, MAX_ROWS), (workers, MAX_ROWS, PANEL))
-    cached = getattr(_local, "buffers", None)
-    if cached is None or any(b.size < np.prod(s) for b, s in zip(cached, shapes)):
-        cached = _local.buffers = tuple(np.zeros(int(np.prod(s)) * 2, np.float32) for s in shapes)
-    return tuple(b[:int(np.prod(s))].reshape(s) for b, s in zip(cached, shapes))
+    storage = cached[2] if cached is not None else ()
+    if len(storage) != len(shapes) or any(b.size < math.prod(s) for b, s in zip(storage, shapes)):
+        storage = tuple(np.zeros(2 * math.prod(s), np.float32) for s in shapes)
+    views = tuple(b[:math.prod(s)].reshape(s) for b, s in zip(storage, shapes))
+    _local.buffers = (sizes, views, storage)
+    return views
 
 
 def attend(q: np.ndarray, keys: tuple[np.ndarray, np.ndarray], values: tuple[np.ndarray, np.ndarray],
