@@ -151,14 +151,15 @@ def _transpose16(typingctx, src_addr, src_stride, dst_addr, dst_stride):
 
 @intrinsic
 def _prefetch(typingctx, addr):
-    """Ask for the cache line at addr (a hint: never faults)."""
+    """Ask for the cache line at addr into every level down to L1 (a hint: never faults). Per panel
+    it is 32 rows x 5 lines of q4_k: L1 holds them; prefetching into L2 only was 5-10% slower."""
     signature = types.void(types.uintp)
 
     def codegen(context, builder, sig, args):
         i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
         prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
                                                   "llvm.prefetch.p0")
-        builder.call(prefetch, [builder.inttoptr(args[0], i8p), ir.Constant(i32, 0), ir.Constant(i32, 2),
+        builder.call(prefetch, [builder.inttoptr(args[0], i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
                                 ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
@@ -363,8 +364,8 @@ def _product_parallel(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out,
     panels = (n_out + PANEL - 1) // PANEL
     for worker in numba.prange(workers):
         _product(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, packed, bias_addr, y_addr, ldy,
-                 f16_to_f32, worker * panels // workers, (worker + 1) * panels // workers, blocks[worker], decoded[worker],
-                 scratch[worker])
+                 f16_to_f32, worker * panels // workers, (worker + 1) * panels // workers, blocks[worker],
+                 decoded[worker], scratch[worker])
 
 
 @jit()

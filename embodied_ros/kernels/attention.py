@@ -11,8 +11,10 @@ cached_attention  a few new tokens reading [cached prefix ; themselves]: the act
                   cache keys may carry an additive per-key bias [N] (masked padding rows); every
                   new token reads every new token (no causal mask).
 
-The CPU kernel leaves the two matrix products to BLAS (queries of all heads sharing a kv head form
-one matrix, so a single kv head means one GEMM for all scores) and fuses scaling, masking and the
+The numba kernels, on CPUs with AVX-512, run the whole attention on the register tiles of the
+matrix product, a few query rows at a time in one parallel region (`_vector_attention.py`).
+Elsewhere they leave the two matrix products to BLAS (queries of all heads sharing a kv head form
+one matrix, so a single kv head means one GEMM for all scores) and fuse scaling, masking and the
 softmax's exponentials into one numba pass over the scores, with the vectorizable exp of
 `_vector_math`; the 1/sum of each row scales the (shorter) rows of the result.
 """
@@ -30,8 +32,8 @@ from embodied_ros.kernels._vector_attention import row_max
 from embodied_ros.kernels._vector_math import exp_f32
 from embodied_ros.kernels.registry import kernel, reference
 
-MASKED = np.float32(-2.3819763e38)
-VECTOR_ATTENTION = vector_units_available()  # _vector_attention.py; elsewhere BLAS products  # the additive mask value of the reference (finite, not -inf)
+MASKED = np.float32(-2.3819763e38)  # the additive mask value of the reference (finite, not -inf)
+VECTOR_ATTENTION = vector_units_available()  # _vector_attention.py; elsewhere BLAS products
 
 
 def _check_heads(op: str, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
