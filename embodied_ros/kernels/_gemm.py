@@ -41,7 +41,8 @@ from numba.extending import intrinsic
 
 from embodied_ros.kernels._jit import jit, vector_units_available  # noqa: F401 (re-exported)
 from embodied_ros.kernels._vector_math import _float32_from_bits
-from embodied_ros.kernels.quant import F16_TO_F32, QuantTensor, q4_k_decode_row, q8_0_decode_row
+from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, f16_at, q4_k_decode_row, q4_k_scale_min,
+                                        q8_0_decode_row)
 
 LANES = 16
 PANEL = 2 * LANES  # output features per panel
@@ -112,6 +113,22 @@ def _tile(typingctx, rows, a_addr, lda, b_addr, c_addr, ldc, depth, accumulate, 
     return signature, codegen
 
 
+def _transpose_vectors(builder, rows):
+    """Transpose 16 vectors of 16 floats (LLVM IR values) with four rounds of two-vector shuffles."""
+    rows = list(rows)
+    step = LANES // 2
+    while step:
+        masks = [ir.Constant(ir.VectorType(ir.IntType(32), LANES), mask) for mask in (
+            [c if not c & step else LANES + c - step for c in range(LANES)],
+            [c + step if not c & step else LANES + c for c in range(LANES)])]
+        for r in range(LANES):
+            if not r & step:
+                a, b = rows[r], rows[r + step]
+                rows[r], rows[r + step] = (builder.shuffle_vector(a, b, mask) for mask in masks)
+        step //= 2
+    return rows
+
+
 @intrinsic
 def _transpose16(typingctx, src_addr, src_stride, dst_addr, dst_stride):
     """dst[c, r] = src[r, c] for a 16 x 16 block of float32: rows of src at src_addr + r * src_stride,
@@ -130,20 +147,57 @@ def _transpose16(typingctx, src_addr, src_stride, dst_addr, dst_stride):
             offset = builder.mul(stride, ir.Constant(i64, r))
             return builder.bitcast(builder.gep(base, [offset]), vector.as_pointer())
 
-        rows = [builder.load(row_pointer(src, src_stride, r), align=4) for r in range(LANES)]
-        step = LANES // 2
-        while step:
-            low_mask = [c if not c & step else LANES + c - step for c in range(LANES)]
-            high_mask = [c + step if not c & step else LANES + c for c in range(LANES)]
-            for r in range(LANES):
-                if not r & step:
-                    a, b = rows[r], rows[r + step]
-                    rows[r] = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), LANES), low_mask))
-                    rows[r + step] = builder.shuffle_vector(
-                        a, b, ir.Constant(ir.VectorType(ir.IntType(32), LANES), high_mask))
-            step //= 2
+        rows = _transpose_vectors(builder, [builder.load(row_pointer(src, src_stride, r), align=4)
+                                            for r in range(LANES)])
         for c in range(LANES):
             builder.store(rows[c], row_pointer(dst, dst_stride, c), align=4)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@intrinsic
+def _q4_k_block_to_panel(typingctx, qs_addr, row_stride, scales_addr, dst_addr):
+    """One q4_k block (256 weights) of 16 rows, decoded straight into a panel's 16 columns:
+    dst[k, j] = scales[j, s] * q[j, k] - scales[16 + j, s] for k in 0..255, s = k // 32.
+
+    qs_addr: the 128 nibble bytes of row 0's block, row j at qs_addr + j * row_stride (bytes);
+    scales: float32 [32, 8], the rows' d * sc then their dmin * m per sub-block; dst: float32,
+    panel rows 32 floats apart. Each 16 nibble bytes of a row become two vectors (low and high
+    nibbles: weights 64c + l and 64c + 32 + l), and 16 rows' vectors are transposed in registers,
+    so the decoded weights are written once, in panel order (decode then transpose through memory
+    cost twice as much)."""
+    signature = types.void(types.uintp, types.intp, types.uintp, types.uintp)
+
+    def codegen(context, builder, sig, args):
+        qs_addr, row_stride, scales_addr, dst_addr = args
+        f32, i8, i32, i64 = ir.FloatType(), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        vector, bytes16, ints16 = ir.VectorType(f32, LANES), ir.VectorType(i8, LANES), ir.VectorType(i32, LANES)
+        qs = builder.inttoptr(qs_addr, i8.as_pointer())
+        scales, dst = (builder.inttoptr(v, f32.as_pointer()) for v in (scales_addr, dst_addr))
+        undef = ir.Constant(vector, ir.Undefined)
+        splat_mask = ir.Constant(ints16, [0] * LANES)
+
+        def splat(index):
+            value = builder.load(builder.gep(scales, [ir.Constant(i64, index)]))
+            return builder.shuffle_vector(builder.insert_element(undef, value, ir.Constant(i32, 0)), undef, splat_mask)
+
+        for chunk in range(4):  # sub-blocks 2 chunk (low nibbles) and 2 chunk + 1 (high nibbles)
+            for lane0 in (0, LANES):
+                low, high = [], []
+                for j in range(LANES):
+                    offset = builder.add(builder.mul(row_stride, ir.Constant(i64, j)), ir.Constant(i64, 32 * chunk + lane0))
+                    packed = builder.load(builder.bitcast(builder.gep(qs, [offset]), bytes16.as_pointer()), align=1)
+                    wide = builder.zext(packed, ints16)
+                    for nibbles, half, sub in ((builder.and_(wide, ir.Constant(ints16, [15] * LANES)), low, 2 * chunk),
+                                               (builder.lshr(wide, ir.Constant(ints16, [4] * LANES)), high,
+                                                2 * chunk + 1)):
+                        q = builder.uitofp(nibbles, vector)
+                        half.append(builder.fsub(builder.fmul(splat(8 * j + sub), q), splat(8 * (LANES + j) + sub)))
+                for first_k, vectors in ((64 * chunk + lane0, low), (64 * chunk + 32 + lane0, high)):
+                    for i, column in enumerate(_transpose_vectors(builder, vectors)):
+                        target = builder.gep(dst, [ir.Constant(i64, (first_k + i) * PANEL)])
+                        builder.store(column, builder.bitcast(target, vector.as_pointer()), align=4)
         return context.get_dummy_value()
 
     return signature, codegen
@@ -284,6 +338,25 @@ def _decode_rows(kind, rows, f16_to_f32, k0, k1, decoded):  # pragma: no cover -
 
 
 @jit(inline="always")
+def _q4_k_panel(rows, f16_to_f32, k0, k1, decoded, panel):  # pragma: no cover - compiled
+    """32 rows of q4_k blocks over k0..k1 (multiples of 256) -> panel [k1 - k0, 32], a block of 16
+    rows at a time; each block's scales and offsets go through `decoded` (as [32, 8])."""
+    scales = decoded.reshape(-1)[:32 * 8].reshape(32, 8)
+    for block in range(k0 // 256, k1 // 256):
+        base = 144 * block
+        for half in range(2):
+            for j in range(LANES):
+                row = rows[LANES * half + j]
+                d, dmin = f16_at(row, base, f16_to_f32), f16_at(row, base + 2, f16_to_f32)
+                for sub in range(8):
+                    sc, m = q4_k_scale_min(row, base + 4, sub)
+                    scales[j, sub] = d * np.float32(sc)
+                    scales[LANES + j, sub] = dmin * np.float32(m)
+            _q4_k_block_to_panel(rows[LANES * half].ctypes.data + base + 16, rows.strides[0], scales.ctypes.data,
+                                 panel[256 * block - k0:, LANES * half:].ctypes.data)
+
+
+@jit(inline="always")
 def _pack_panel(kind, w_f32, w_bytes, f16_to_f32, first_row, k0, k1, decoded, panel):  # pragma: no cover
     """Output features first_row.. (up to 32) over k0..k1 of a weight -> panel [k1 - k0, 32].
     kind: KINDS; w_f32 [out, in] float32 (kind 0) or w_bytes [out, stored bytes] (others);
@@ -294,6 +367,9 @@ def _pack_panel(kind, w_f32, w_bytes, f16_to_f32, first_row, k0, k1, decoded, pa
         _transpose_into(w_f32[first_row:, k0:k1], n_rows, panel[:depth])
         return
     rows = w_bytes[first_row:first_row + n_rows]
+    if kind == 2 and n_rows == PANEL:
+        _q4_k_panel(rows, f16_to_f32, k0, k1, decoded, panel)
+        return
     for start in range(k0, k1, DECODE_STEP):
         stop = min(start + DECODE_STEP, k1)
         _decode_rows(kind, rows, f16_to_f32, start, stop, decoded)
