@@ -16,15 +16,16 @@ row of x passes over it: a quantized weight is read from memory in its stored si
 once per product, never written out as float32.
 
     kernel          role                                            stays in
-    _tile           rows x panel over a block of k, += into y       registers (20 x 16 floats)
+    tile           rows x panel over a block of k, += into y       registers (20 x 16 floats)
     _panel_rows     every row tile of a row block against one panel L1/L2: panel, L2: rows of x
     _worker         blocks of panels x blocks of k x blocks of rows L2: packed block
 
-Packing transposes 16 x 16 blocks with vector shuffles (`_transpose16`); quantized rows are decoded
-256 weights at a time into an L1 buffer first, and the next block's bytes are prefetched while
-the current one is multiplied. Measured on the 2-core development machine (OPENBLAS_CORETYPE=
-Haswell, 2 threads), against numpy: 50 x 192 -> 1536 packed 62 us (numpy 154), 223 x 384 -> 1536
-0.51 ms (1.12); a Wan2.2 block's 960 x 3072 -> 3072: float32 36 ms, Q4_K 36 ms (numpy 68).
+Packing transposes 16 x 16 blocks with vector shuffles (`_vector_ir.py`); q4_k blocks are decoded
+straight into panel order, other quantized rows 256 weights at a time into an L1 buffer first, and
+the next block's bytes are prefetched while the current one is multiplied. Measured on the 2-core
+development machine (OPENBLAS_CORETYPE=Haswell, 2 threads), against numpy: 50 x 192 -> 1536
+packed 62 us (numpy 154), 223 x 384 -> 1536 0.51 ms (1.12); a Wan2.2 block's 960 x 3072 -> 3072:
+float32 36 ms, Q4_K 36 ms (numpy 68).
 """
 
 from __future__ import annotations
@@ -34,18 +35,14 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
-from embodied_ros.kernels._jit import jit, vector_units_available  # noqa: F401 (re-exported)
+from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels._vector_ir import (LANES, PANEL, prefetch, q4_k_block_to_panel, tile, transpose16,
+                                             bytes_at, floats_at)
 from embodied_ros.kernels._vector_math import _float32_from_bits
 from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, f16_at, q4_k_decode_row, q4_k_scale_min,
                                         q8_0_decode_row)
 
-LANES = 16
-PANEL = 2 * LANES  # output features per panel
 MAX_ROWS = 10  # rows of x per register tile: 20 accumulators. 12 ran 3x slower (LLVM's allocation)
 DEPTH_BLOCK = 512  # k per packed block (a multiple of every quantized block size)
 DECODE_STEP = 256  # k decoded at a time: 32 rows x 256 floats = 32 KiB
@@ -56,221 +53,35 @@ KINDS = {"f32": 0, "q8_0": 1, "q4_k": 2, "bf16": 3}
 _NO_FLOATS = np.zeros((0, 0), np.float32)
 _NO_PANELS = np.zeros((0, 0, PANEL), np.float32)
 _NO_BIAS = np.zeros(0, np.float32)
-_ZERO_BIAS = np.zeros(PANEL, np.float32)
+ZERO_BIAS = np.zeros(PANEL, np.float32)
 _local = threading.local()
 
 
-# ---- the register tile --------------------------------------------------------------------
-
-@intrinsic
-def _tile(typingctx, rows, a_addr, lda, b_addr, c_addr, ldc, depth, accumulate, bias_addr):
-    """y[rows, 32] = (y if accumulate else bias[32]) + x[rows, depth] @ panel[depth, 32].
-
-    Addresses of float32 data: x rows at a_addr + r * lda (elements), the panel contiguous at
-    b_addr, y rows at c_addr + r * ldc. `rows` must be a compile-time constant (1..MAX_ROWS).
-    """
-    if not isinstance(rows, types.IntegerLiteral):
-        return None
-    n_rows = rows.literal_value
-    signature = types.void(rows, types.uintp, types.intp, types.uintp, types.uintp, types.intp, types.intp,
-                           types.boolean, types.uintp)
-
-    def codegen(context, builder, sig, args):
-        _, a_addr, lda, b_addr, c_addr, ldc, depth, accumulate, bias_addr = args
-        f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-        vector = ir.VectorType(f32, LANES)
-        a, b, c, bias = (builder.inttoptr(v, f32.as_pointer()) for v in (a_addr, b_addr, c_addr, bias_addr))
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector] * 3),
-                                             "llvm.fma.v16f32")
-        zero = ir.Constant(vector, [0.0] * LANES)
-        undef = ir.Constant(vector, ir.Undefined)
-        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-        acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(2)] for _ in range(n_rows)]
-        row_starts = [builder.mul(lda, ir.Constant(i64, r)) for r in range(n_rows)]
-
-        def vector_at(base, offset):
-            return builder.bitcast(builder.gep(base, [offset]), vector.as_pointer())
-
-        with cgutils.for_range(builder, depth) as loop:
-            k = loop.index
-            panel_row = builder.mul(k, ir.Constant(i64, PANEL))
-            w = [builder.load(vector_at(b, builder.add(panel_row, ir.Constant(i64, LANES * h))), align=4)
-                 for h in range(2)]
-            for r in range(n_rows):
-                scalar = builder.load(builder.gep(a, [builder.add(row_starts[r], k)]))
-                x = builder.shuffle_vector(builder.insert_element(undef, scalar, ir.Constant(i32, 0)), undef, splat)
-                for h in range(2):
-                    builder.store(builder.call(fma, [x, w[h], builder.load(acc[r][h])]), acc[r][h])
-        for r in range(n_rows):
-            row = builder.mul(ldc, ir.Constant(i64, r))
-            for h in range(2):
-                target = vector_at(c, builder.add(row, ir.Constant(i64, LANES * h)))
-                start = builder.select(accumulate, builder.load(target, align=4),
-                                       builder.load(vector_at(bias, ir.Constant(i64, LANES * h)), align=4))
-                builder.store(builder.fadd(start, builder.load(acc[r][h])), target, align=4)
-        return context.get_dummy_value()
-
-    return signature, codegen
-
-
-def _transpose_vectors(builder, rows):
-    """Transpose 16 vectors of 16 floats (LLVM IR values) with four rounds of two-vector shuffles."""
-    rows = list(rows)
-    step = LANES // 2
-    while step:
-        masks = [ir.Constant(ir.VectorType(ir.IntType(32), LANES), mask) for mask in (
-            [c if not c & step else LANES + c - step for c in range(LANES)],
-            [c + step if not c & step else LANES + c for c in range(LANES)])]
-        for r in range(LANES):
-            if not r & step:
-                a, b = rows[r], rows[r + step]
-                rows[r], rows[r + step] = (builder.shuffle_vector(a, b, mask) for mask in masks)
-        step //= 2
-    return rows
-
-
-@intrinsic
-def _transpose16(typingctx, src_addr, src_stride, dst_addr, dst_stride):
-    """dst[c, r] = src[r, c] for a 16 x 16 block of float32: rows of src at src_addr + r * src_stride,
-    rows of dst at dst_addr + c * dst_stride (elements). Four rounds of two-vector shuffles, each
-    swapping the off-diagonal blocks of size 8, 4, 2, 1: a few instructions per vector where a
-    scalar loop spends two cycles per element."""
-    signature = types.void(types.uintp, types.intp, types.uintp, types.intp)
-
-    def codegen(context, builder, sig, args):
-        src_addr, src_stride, dst_addr, dst_stride = args
-        f32, i64 = ir.FloatType(), ir.IntType(64)
-        vector = ir.VectorType(f32, LANES)
-        src, dst = (builder.inttoptr(v, f32.as_pointer()) for v in (src_addr, dst_addr))
-
-        def row_pointer(base, stride, r):
-            offset = builder.mul(stride, ir.Constant(i64, r))
-            return builder.bitcast(builder.gep(base, [offset]), vector.as_pointer())
-
-        rows = _transpose_vectors(builder, [builder.load(row_pointer(src, src_stride, r), align=4)
-                                            for r in range(LANES)])
-        for c in range(LANES):
-            builder.store(rows[c], row_pointer(dst, dst_stride, c), align=4)
-        return context.get_dummy_value()
-
-    return signature, codegen
-
-
-@intrinsic
-def _q4_k_block_to_panel(typingctx, qs_addr, row_stride, scales_addr, dst_addr):
-    """One q4_k block (256 weights) of 16 rows, decoded straight into a panel's 16 columns:
-    dst[k, j] = scales[j, s] * q[j, k] - scales[16 + j, s] for k in 0..255, s = k // 32.
-
-    qs_addr: the 128 nibble bytes of row 0's block, row j at qs_addr + j * row_stride (bytes);
-    scales: float32 [32, 8], the rows' d * sc then their dmin * m per sub-block; dst: float32,
-    panel rows 32 floats apart. Each 16 nibble bytes of a row become two vectors (low and high
-    nibbles: weights 64c + l and 64c + 32 + l), and 16 rows' vectors are transposed in registers,
-    so the decoded weights are written once, in panel order (decode then transpose through memory
-    cost twice as much)."""
-    signature = types.void(types.uintp, types.intp, types.uintp, types.uintp)
-
-    def codegen(context, builder, sig, args):
-        qs_addr, row_stride, scales_addr, dst_addr = args
-        f32, i8, i32, i64 = ir.FloatType(), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-        vector, bytes16, ints16 = ir.VectorType(f32, LANES), ir.VectorType(i8, LANES), ir.VectorType(i32, LANES)
-        qs = builder.inttoptr(qs_addr, i8.as_pointer())
-        scales, dst = (builder.inttoptr(v, f32.as_pointer()) for v in (scales_addr, dst_addr))
-        undef = ir.Constant(vector, ir.Undefined)
-        splat_mask = ir.Constant(ints16, [0] * LANES)
-
-        def splat(index):
-            value = builder.load(builder.gep(scales, [ir.Constant(i64, index)]))
-            return builder.shuffle_vector(builder.insert_element(undef, value, ir.Constant(i32, 0)), undef, splat_mask)
-
-        for chunk in range(4):  # sub-blocks 2 chunk (low nibbles) and 2 chunk + 1 (high nibbles)
-            for lane0 in (0, LANES):
-                low, high = [], []
-                for j in range(LANES):
-                    offset = builder.add(builder.mul(row_stride, ir.Constant(i64, j)), ir.Constant(i64, 32 * chunk + lane0))
-                    packed = builder.load(builder.bitcast(builder.gep(qs, [offset]), bytes16.as_pointer()), align=1)
-                    wide = builder.zext(packed, ints16)
-                    for nibbles, half, sub in ((builder.and_(wide, ir.Constant(ints16, [15] * LANES)), low, 2 * chunk),
-                                               (builder.lshr(wide, ir.Constant(ints16, [4] * LANES)), high,
-                                                2 * chunk + 1)):
-                        q = builder.uitofp(nibbles, vector)
-                        half.append(builder.fsub(builder.fmul(splat(8 * j + sub), q), splat(8 * (LANES + j) + sub)))
-                for first_k, vectors in ((64 * chunk + lane0, low), (64 * chunk + 32 + lane0, high)):
-                    for i, column in enumerate(_transpose_vectors(builder, vectors)):
-                        target = builder.gep(dst, [ir.Constant(i64, (first_k + i) * PANEL)])
-                        builder.store(column, builder.bitcast(target, vector.as_pointer()), align=4)
-        return context.get_dummy_value()
-
-    return signature, codegen
-
-
-@intrinsic
-def _prefetch(typingctx, addr):
-    """Ask for the cache line at addr into every level down to L1 (a hint: never faults). Per panel
-    it is 32 rows x 5 lines of q4_k: L1 holds them; prefetching into L2 only was 5-10% slower."""
-    signature = types.void(types.uintp)
-
-    def codegen(context, builder, sig, args):
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                                  "llvm.prefetch.p0")
-        builder.call(prefetch, [builder.inttoptr(args[0], i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                                ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return signature, codegen
-
-
-@intrinsic
-def _float_pointer(typingctx, addr):
-    """The address as a float32 pointer (for numba.carray)."""
-    return types.CPointer(types.float32)(types.uintp), lambda c, b, sig, args: b.inttoptr(
-        args[0], c.get_value_type(sig.return_type))
-
-
-@intrinsic
-def _byte_pointer(typingctx, addr):
-    """The address as a uint8 pointer (for numba.carray)."""
-    return types.CPointer(types.uint8)(types.uintp), lambda c, b, sig, args: b.inttoptr(
-        args[0], c.get_value_type(sig.return_type))
-
+# ---- the register tiles of a panel ----------------------------------------------------------
 
 @jit(inline="always")
-def floats_at(addr, rows, stride, cols):  # pragma: no cover - compiled
-    """float32 [rows, cols] at addr with rows `stride` elements apart, as an array view. Kernels take
-    addresses, not arrays: every layout, stride and read-only flag an array can have would be a
-    type of its own, compiled apart (seconds each, possibly inside a control step)."""
-    return numba.carray(_float_pointer(addr), (rows, stride))[:, :cols]
-
-
-@jit(inline="always")
-def bytes_at(addr, rows, stride):  # pragma: no cover - compiled
-    """uint8 [rows, stride] at addr, as an array view."""
-    return numba.carray(_byte_pointer(addr), (rows, stride))
-
-
-@jit(inline="always")
-def _tile_rows(rows, a, lda, b, c, ldc, depth, accumulate, bias):  # pragma: no cover - compiled
-    """_tile with a run-time row count: one compiled tile per count."""
+def tile_rows(rows, a, lda, b, c, ldc, depth, accumulate, bias):  # pragma: no cover - compiled
+    """tile with a run-time row count: one compiled tile per count."""
     if rows == 10:
-        _tile(10, a, lda, b, c, ldc, depth, accumulate, bias)
+        tile(10, a, lda, b, c, ldc, depth, accumulate, bias)
     elif rows == 9:
-        _tile(9, a, lda, b, c, ldc, depth, accumulate, bias)
+        tile(9, a, lda, b, c, ldc, depth, accumulate, bias)
     elif rows == 8:
-        _tile(8, a, lda, b, c, ldc, depth, accumulate, bias)
+        tile(8, a, lda, b, c, ldc, depth, accumulate, bias)
     elif rows == 7:
-        _tile(7, a, lda, b, c, ldc, depth, accumulate, bias)
+        tile(7, a, lda, b, c, ldc, depth, accumulate, bias)
     elif rows == 6:
-        _tile(6, a, lda, b, c, ldc, depth, accumulate, bias)
+        tile(6, a, lda, b, c, ldc, depth, accumulate, bias)
     elif rows == 5:
-        _tile(5, a, lda, b, c, ldc, depth, accumulate, bias)
+        tile(5, a, lda, b, c, ldc, depth, accumulate, bias)
     elif rows == 4:
-        _tile(4, a, lda, b, c, ldc, depth, accumulate, bias)
+        tile(4, a, lda, b, c, ldc, depth, accumulate, bias)
     elif rows == 3:
-        _tile(3, a, lda, b, c, ldc, depth, accumulate, bias)
+        tile(3, a, lda, b, c, ldc, depth, accumulate, bias)
     elif rows == 2:
-        _tile(2, a, lda, b, c, ldc, depth, accumulate, bias)
+        tile(2, a, lda, b, c, ldc, depth, accumulate, bias)
     else:
-        _tile(1, a, lda, b, c, ldc, depth, accumulate, bias)
+        tile(1, a, lda, b, c, ldc, depth, accumulate, bias)
 
 
 @jit(inline="always")
@@ -282,17 +93,17 @@ def _panel_rows(x, r0, r1, k0, k1, panel, y, col, bias, scratch):  # pragma: no 
     tiles = (n_rows + MAX_ROWS - 1) // MAX_ROWS
     base, extra = n_rows // tiles, n_rows % tiles
     lda, ldc, depth, first = x.strides[0] // 4, y.strides[0] // 4, k1 - k0, k0 == 0
-    bias_addr = bias[col:].ctypes.data if bias.shape[0] and n_cols == PANEL else _ZERO_BIAS.ctypes.data
+    bias_addr = bias[col:].ctypes.data if bias.shape[0] and n_cols == PANEL else ZERO_BIAS.ctypes.data
     row = r0
     for t in range(tiles):
         rows = base + 1 if t < extra else base
         a = x.ctypes.data + (row * lda + k0) * 4
         if n_cols == PANEL:
-            _tile_rows(rows, a, lda, panel.ctypes.data, y.ctypes.data + (row * ldc + col) * 4, ldc, depth,
+            tile_rows(rows, a, lda, panel.ctypes.data, y.ctypes.data + (row * ldc + col) * 4, ldc, depth,
                        not first, bias_addr)
         else:
-            _tile_rows(rows, a, lda, panel.ctypes.data, scratch.ctypes.data, PANEL, depth, False,
-                       _ZERO_BIAS.ctypes.data)
+            tile_rows(rows, a, lda, panel.ctypes.data, scratch.ctypes.data, PANEL, depth, False,
+                       ZERO_BIAS.ctypes.data)
             for i in range(rows):
                 for j in range(n_cols):
                     start = y[row + i, col + j] if not first else (bias[col + j] if bias.shape[0] else 0.0)
@@ -310,7 +121,7 @@ def _transpose_into(rows, n_rows, panel):  # pragma: no cover - compiled
         stride = rows.strides[0] // 4
         for k in range(0, depth, LANES):
             for half in range(2):
-                _transpose16(rows.ctypes.data + (half * LANES * stride + k) * 4, stride,
+                transpose16(rows.ctypes.data + (half * LANES * stride + k) * 4, stride,
                              panel.ctypes.data + (k * PANEL + half * LANES) * 4, PANEL)
         return
     for k in range(depth):
@@ -352,7 +163,7 @@ def _q4_k_panel(rows, f16_to_f32, k0, k1, decoded, panel):  # pragma: no cover -
                     sc, m = q4_k_scale_min(row, base + 4, sub)
                     scales[j, sub] = d * np.float32(sc)
                     scales[LANES + j, sub] = dmin * np.float32(m)
-            _q4_k_block_to_panel(rows[LANES * half].ctypes.data + base + 16, rows.strides[0], scales.ctypes.data,
+            q4_k_block_to_panel(rows[LANES * half].ctypes.data + base + 16, rows.strides[0], scales.ctypes.data,
                                  panel[256 * block - k0:, LANES * half:].ctypes.data)
 
 
@@ -389,7 +200,7 @@ def _prefetch_panel(kind, w_bytes, panel, last_panel, k0, k1):  # pragma: no cov
     base, stride = w_bytes.ctypes.data, w_bytes.strides[0]
     for row in range(PANEL * panel, min(PANEL * panel + PANEL, w_bytes.shape[0])):
         for offset in range(start, stop, 64):
-            _prefetch(base + row * stride + offset)
+            prefetch(base + row * stride + offset)
 
 
 # ---- drivers ------------------------------------------------------------------------------

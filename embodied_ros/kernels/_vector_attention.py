@@ -24,8 +24,9 @@ import threading
 import numba
 import numpy as np
 
-from embodied_ros.kernels._gemm import LANES, MAX_ROWS, PANEL, _tile_rows, _transpose16, _ZERO_BIAS, floats_at
+from embodied_ros.kernels._gemm import MAX_ROWS, ZERO_BIAS, tile_rows
 from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels._vector_ir import LANES, PANEL, floats_at, transpose16
 from embodied_ros.kernels._vector_math import exp_f32
 
 _local = threading.local()
@@ -74,7 +75,7 @@ def _pack_head(parts, head, width, key_panels, value_panels):  # pragma: no cove
             for half in range(2):
                 rows = _key_address(parts, 0, first + LANES * half, head)
                 for c in range(0, width, LANES):
-                    _transpose16(rows + 4 * c, parts[which, 2], key_panels[p, c:, LANES * half:].ctypes.data, PANEL)
+                    transpose16(rows + 4 * c, parts[which, 2], key_panels[p, c:, LANES * half:].ctypes.data, PANEL)
             continue
         for j in range(PANEL):
             key = floats_at(_key_address(parts, 0, min(first + j, n_keys - 1), head), 1, width, width)[0]
@@ -119,7 +120,7 @@ def _rows_of_head(q, out, head, r0, r1, width, n_keys, scale, bias, key_bias, gr
     """Rows r0..r1 of kv head `head`. q, out: (address, head stride, row stride) in floats, features
     contiguous."""
     key_blocks, value_blocks = (n_keys + PANEL - 1) // PANEL, (width + PANEL - 1) // PANEL
-    lds, zero = scores.shape[1], _ZERO_BIAS.ctypes.data
+    lds, zero = scores.shape[1], ZERO_BIAS.ctypes.data
     tiles = (r1 - r0 + MAX_ROWS - 1) // MAX_ROWS
     base, extra = (r1 - r0) // tiles, (r1 - r0) % tiles
     row = r0
@@ -127,14 +128,14 @@ def _rows_of_head(q, out, head, r0, r1, width, n_keys, scale, bias, key_bias, gr
         rows = base + 1 if t < extra else base
         q_rows = q[0] + (head * q[1] + row * q[2]) * 4
         for p in range(key_blocks):
-            _tile_rows(rows, q_rows, q[2], key_panels[p].ctypes.data, scores[:, PANEL * p:].ctypes.data, lds, width,
+            tile_rows(rows, q_rows, q[2], key_panels[p].ctypes.data, scores[:, PANEL * p:].ctypes.data, lds, width,
                        False, zero)
         _softmax_rows(scores, rows, n_keys, scale, bias, key_bias, row, group, inv_totals)
         out_rows = floats_at(out[0] + (head * out[1] + row * out[2]) * 4, rows, out[2], width)
         for p in range(value_blocks):
             columns = min(PANEL, width - PANEL * p)
             target = out_rows[:, PANEL * p:].ctypes.data if columns == PANEL else scratch.ctypes.data
-            _tile_rows(rows, scores.ctypes.data, lds, value_panels[p].ctypes.data, target,
+            tile_rows(rows, scores.ctypes.data, lds, value_panels[p].ctypes.data, target,
                        out[2] if columns == PANEL else PANEL, n_keys, False, zero)
             for i in range(rows):
                 inv = inv_totals[i]

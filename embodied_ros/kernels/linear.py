@@ -33,12 +33,12 @@ import numpy as np
 
 from embodied_ros.kernels import _gemm
 from embodied_ros.kernels._gemm import PackedWeight, pack_weight
-from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels._jit import jit, vector_units_available
 from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, dequantize, dequantize_rows_into,
                                         q4_k_decode_row, q8_0_decode_row, random_quant_tensor)
 from embodied_ros.kernels.registry import kernel, reference
 
-VECTOR_GEMM = _gemm.vector_units_available()  # the blocked vector product serves every weight type
+VECTOR_GEMM = vector_units_available()  # the blocked vector product serves every weight type
 FUSED_MAX_ROWS = 64  # above this, chunked dequantize + BLAS is faster (measured on dim 3072 x 14336)
 # Below this many multiply-adds a fused product runs on the calling thread: two threads gained
 # nothing up to ~1e8 (50 x 256 -> 1536: 285 us on two, 280 on one) and lose to waking the pool.
