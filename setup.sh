@@ -15,7 +15,7 @@ BUILD="$ROOT/build/venv"
 STAMPS="$VENV/.embodied_ros"
 PYTHON="${PYTHON:-python3}"
 STEP=0
-STEPS=5
+STEPS=6
 T0=$(date +%s)
 
 step() { STEP=$((STEP + 1)); printf '[setup %d/%d] %s\n' "$STEP" "$STEPS" "$*"; }
@@ -110,4 +110,15 @@ fi
 (cd /tmp && "$VENV/bin/python" -c 'import embodied_ros.msg' ) \
   || fail "embodied_ros.msg does not import; rerun after 'rm -rf .venv/.embodied_ros build'"
 "$VENV/bin/embodied-ros" --version | sed 's/^/  /'
+
+step "compiling the CPU kernels (numba cache, so the first start does not wait for it)"
+KERNEL_DIGEST="$(digest "$ROOT"/embodied_ros/kernels/*.py <(echo "$REQ_DIGEST"))"
+if fresh kernels "$KERNEL_DIGEST"; then
+  echo "  up to date"
+else
+  "$VENV/bin/python" -c 'from embodied_ros.kernels import KernelSet; KernelSet("numba").compile()' \
+    || fail "compiling the CPU kernels failed"
+  mark kernels "$KERNEL_DIGEST"
+  echo "  compiled"
+fi
 echo "setup: done in $(( $(date +%s) - T0 )) s. Run the tests with: .venv/bin/python -m pytest"
