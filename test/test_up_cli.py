@@ -26,6 +26,7 @@ def test_up_runs_and_reports(tmp_path_factory, tmp_path, layout):
     assert "period error p50/p99" in result.stdout
     report = json.loads(report_path.read_text())
     assert report["layout"] == layout and report["exited"] == {}
+    assert 0 < report["first_chunk_s"] < 60  # measured from starting the graph, which takes time in both layouts
     for stage in ("observation", "perception", "prefix", "action"):
         row = report["stages"][stage]
         assert row["runs"] > 0 and row["rate_hz"] > 0 and row["compute_ms_p50"] >= 0

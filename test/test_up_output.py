@@ -80,6 +80,7 @@ def test_report_says_why_no_chunk_came_and_leaves_the_start_up_wait_out_of_the_h
     stages = {"action": {"runs": 9, "rate_hz": 10.0, "compute_ms_p50": 1.0, "compute_ms_p99": 2.0,
                          "staleness_ms_p50": 5.0, "staleness_ms_p99": 9.0}}
     text = format_report(_report(first_chunk_s=0.2, stages=stages))
+    assert "first action chunk 0.2 s after the graph was started" in text
     assert "holds after the first chunk: none" in text
     text = format_report(_report(first_chunk_s=0.2, stages=stages,
                                  hold_reasons={"waiting for the first action chunk": 1, "action chunk ran out": 2}))

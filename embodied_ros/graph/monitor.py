@@ -26,7 +26,7 @@ class GraphMonitor(Node):
         super().__init__("graph_monitor", **node_kwargs)
         self.period_ms = 1e3 / command_rate_hz
         self.lock = threading.Lock()
-        self.runs: dict[str, list[tuple[float, float, float]]] = defaultdict(list)  # (wall s, compute, staleness)
+        self.runs: dict[str, list[tuple[float, float, float]]] = defaultdict(list)  # (monotonic s, compute, staleness)
         self.command_stamps: list[int] = []  # controller tick stamps (JointTrajectory only)
         self.command_arrivals: list[int] = []  # monotonic ns at arrival
         self.controller_message = ""

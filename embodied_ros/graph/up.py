@@ -33,7 +33,7 @@ class UpReport:
     layout: str
     bundle: str
     duration_s: float
-    first_chunk_s: float | None  # from every node being active to the first action chunk
+    first_chunk_s: float | None  # from starting the graph (loading included) to the first action chunk
     stages: dict[str, dict[str, float]]
     commands: dict[str, float]
     hold_reasons: dict[str, int]  # kind of hold (numbers as N) -> how often the controller entered it
@@ -70,19 +70,20 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         outside.add_node(robot)
     spinner = SpinThread(outside, "up-outside")
     spinner.start()
-    started = time.monotonic()
+    launched = time.monotonic()
     graph, first_chunk_s, exited, ran_s = None, None, {}, 0.0
     try:
         graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
         if isinstance(graph, SeparateGraph):
             wait_until_active(monitor, graph.node_names, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
         print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "
-                 f"{time.monotonic() - started:.1f} s; running for {duration_s:.0f} s")
+                 f"{time.monotonic() - launched:.1f} s; running for {duration_s:.0f} s")
         started = time.monotonic()
         try:
-            first_chunk_s = _watch(monitor, graph, duration_s, summary_period_s, started, print_fn)
+            _watch(monitor, graph, duration_s, summary_period_s, started, print_fn)
         except KeyboardInterrupt:  # Ctrl-C outside the watch loop's sleep: still report
-            first_chunk_s = monitor.first_chunk_s(started)
+            pass
+        first_chunk_s = monitor.first_chunk_s(launched)
         ran_s = time.monotonic() - started
         exited = graph.exited() if isinstance(graph, SeparateGraph) else {}
     finally:
@@ -109,9 +110,8 @@ def _start_graph(config, runtime, context, namespace, remaps, domain_id):
 
 
 def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, started: float,
-           print_fn: Callable[[str], None]) -> float | None:
-    """Print the live summary until the duration is over, Ctrl-C, or a node process ends; the time
-    from start to the first action chunk (None if none came)."""
+           print_fn: Callable[[str], None]) -> None:
+    """Print the live summary until the duration is over, Ctrl-C, or a node process ends."""
     end = time.monotonic() + duration_s if duration_s > 0 else float("inf")
     next_print = time.monotonic() + period_s
     while time.monotonic() < end:
@@ -125,7 +125,6 @@ def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, sta
         if time.monotonic() >= next_print:
             next_print += period_s
             print_fn(live_line(monitor, time.monotonic() - started, window_s=max(period_s, 2.0)))
-    return monitor.first_chunk_s(started)
 
 
 def live_line(monitor: GraphMonitor, elapsed_s: float, window_s: float) -> str:
@@ -151,7 +150,7 @@ def _ms(value: float, decimals: int) -> str:
 def format_report(report: UpReport) -> str:
     lines = [f"embodied-ros up: {report.layout}, {report.duration_s:.1f} s, bundle {report.bundle}"]
     if report.first_chunk_s is not None:
-        lines.append(f"first action chunk after {report.first_chunk_s:.1f} s")
+        lines.append(f"first action chunk {report.first_chunk_s:.1f} s after the graph was started")
     else:
         why = f": the inputs were refused ({report.input_problem})" if report.input_problem else ""
         lines.append(f"no action chunk in {report.duration_s:.1f} s{why}")
