@@ -39,9 +39,11 @@ def test_colcon_build_and_install_space(tmp_path):
         "from rclpy.serialization import serialize_message, deserialize_message\n"
         "chunk = ActionChunk(horizon=2, action_dim=1, actions=[1.0, 2.0])\n"
         "assert list(deserialize_message(serialize_message(chunk), ActionChunk).actions) == [1.0, 2.0]\n"
-        "from ament_index_python.packages import get_package_share_directory\n"
+        "from embodied_ros.share import is_source_checkout, share_path\n"
+        "from embodied_ros.graph.paths import default_config\n"
+        "assert not is_source_checkout() and default_config() == share_path('config', 'pi05.yaml')\n"
         "print(embodied_ros.__file__)\n"
-        "print(get_package_share_directory('embodied_ros'))\n"
+        "print(share_path('config').parent)\n"
     )
     # A fresh shell that sources the install space, as a user would; run in an empty folder so neither
     # the source tree nor stray modules can be imported by accident.

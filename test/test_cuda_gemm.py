@@ -28,13 +28,14 @@ from embodied_ros.kernels import _cuda_gemm, _cuda_runtime, registry
 from embodied_ros.kernels._cuda_abi import module_entries, param_offsets, unpack_arguments
 from embodied_ros.kernels._cuda_compile import CACHE_ENV
 from embodied_ros.kernels._cuda_gemm import (CHECKED_ARCHITECTURES, GEMM_BF16_WEIGHT, GEMM_F32_WEIGHT, GEMM_KERNELS,
-                                             PRECISION_ENV, find_nvcc, gencode_flags, kernels_dir, launch_plan,
+                                             PRECISION_ENV, find_nvcc, gencode_flags, launch_plan,
                                              matmul_precision, nvcc_command, use_matmul_precision)
 from embodied_ros.kernels._cuda_runtime import DeviceTensor
 from embodied_ros.kernels.quant import random_quant_tensor
+from embodied_ros.share import share_path
 
 TEST_DIR = Path(__file__).resolve().parent
-SOURCE = kernels_dir() / "gemm.cu"
+SOURCE = share_path("kernels", "gemm.cu")
 _spec = importlib.util.spec_from_file_location("benchmarks_gpu_check",
                                                TEST_DIR.parent / "benchmarks" / "gpu_check.py")
 gpu_check = sys.modules.setdefault("benchmarks_gpu_check", importlib.util.module_from_spec(_spec))

@@ -95,7 +95,7 @@ def test_shipped_config_loads_and_documents_every_setting():
 
 def test_docs_list_every_setting():
     from embodied_ros.graph.config import parameter_fields
-    from embodied_ros.graph.paths import package_root
+    from embodied_ros.share import package_root
 
     text = (package_root() / "docs" / "graph.md").read_text()
     missing = [name for name, _ in parameter_fields() if f"`{name}`" not in text]

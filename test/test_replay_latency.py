@@ -6,8 +6,9 @@ import time
 import numpy as np
 import pytest
 
-from embodied_ros.replay.latency import (LatencyBudget, LatencyMeasurement, PercentileBound, budgets_dir,
+from embodied_ros.replay.latency import (LatencyBudget, LatencyMeasurement, PercentileBound,
                                          evaluate, load_budget)
+from embodied_ros.share import share_path
 
 MS = 1_000_000
 
@@ -20,7 +21,7 @@ def _budget(**overrides):
 
 
 def test_every_shipped_budget_loads():
-    names = sorted(p.stem for p in budgets_dir().glob("*.yaml"))
+    names = sorted(p.stem for p in share_path("config", "budgets").glob("*.yaml"))
     assert "ci" in names
     for name in names:
         budget = load_budget(name)

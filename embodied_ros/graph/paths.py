@@ -6,25 +6,15 @@ import contextlib
 import os
 from pathlib import Path
 
-PACKAGE = "embodied_ros"
-
-
-def package_root() -> Path:
-    """The source checkout's root, else the installed share directory."""
-    source = Path(__file__).resolve().parents[2]
-    if (source / "config").is_dir():
-        return source
-    from ament_index_python.packages import get_package_share_directory
-
-    return Path(get_package_share_directory(PACKAGE))
+from embodied_ros.share import share_path
 
 
 def default_config() -> Path:
-    return package_root() / "config" / "pi05.yaml"
+    return share_path("config", "pi05.yaml")
 
 
 def fastdds_profile() -> Path:
-    return package_root() / "config" / "fastdds_shm_loopback.xml"
+    return share_path("config", "fastdds_shm_loopback.xml")
 
 
 def dds_environment() -> dict[str, str]:

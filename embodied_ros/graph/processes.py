@@ -19,7 +19,8 @@ from typing import Sequence
 import yaml
 
 from embodied_ros.graph.config import GraphConfig
-from embodied_ros.graph.paths import dds_environment, package_root
+from embodied_ros.graph.paths import dds_environment
+from embodied_ros.share import SOURCE_ROOT, is_source_checkout
 from embodied_ros.nodes.params import node_parameters
 
 
@@ -58,7 +59,8 @@ class SeparateGraph:
         self.remaps = tuple(remaps)
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="embodied_ros_graph_"))
         self.env = {**os.environ, **dds_environment(), **(env or {})}
-        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root()), self.env.get("PYTHONPATH")]))
+        if is_source_checkout():  # the children import this checkout, whatever their working directory
+            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE_ROOT), self.env.get("PYTHONPATH")]))
         if domain_id is not None:
             self.env["ROS_DOMAIN_ID"] = str(domain_id)
         self.processes: dict[str, subprocess.Popen] = {}

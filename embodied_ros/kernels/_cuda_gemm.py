@@ -36,6 +36,7 @@ import numpy as np
 
 from embodied_ros.kernels._cuda_abi import Param, pack_params
 from embodied_ros.kernels._cuda_compile import cache_dir
+from embodied_ros.share import share_path
 
 PRECISION_ENV = "EMBODIED_ROS_CUDA_MATMUL"
 PRECISIONS = ("float32", "bf16")
@@ -203,18 +204,6 @@ def tensor_cores(device) -> bool:
 
 # ---- building -----------------------------------------------------------------------------------
 
-def kernels_dir() -> Path:
-    """The CUDA C sources: kernels/ of the source checkout, else share/embodied_ros/kernels installed."""
-    source = Path(__file__).resolve().parents[2] / "kernels"
-    if (source / "gemm.cu").is_file():
-        return source
-    try:
-        from ament_index_python.packages import get_package_share_directory
-        return Path(get_package_share_directory("embodied_ros")) / "kernels"
-    except (ImportError, LookupError) as error:
-        raise TensorCoresUnavailable(f"the CUDA C sources are neither in {source} nor installed: {error}") from error
-
-
 def find_nvcc() -> str | None:
     """nvcc from PATH, $CUDA_HOME/bin or /usr/local/cuda/bin."""
     homes = (os.environ.get("CUDA_HOME"), "/usr/local/cuda")
@@ -242,9 +231,10 @@ def build(source_name: str, cc: tuple[int, int]) -> Path:
     if nvcc is None:
         raise TensorCoresUnavailable("nvcc was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin); install the "
                                      "CUDA toolkit to build the tensor-core kernels")
-    source = kernels_dir() / source_name
-    if not source.is_file():
-        raise TensorCoresUnavailable(f"{source} is missing: the package was installed without its CUDA C sources")
+    try:
+        source = share_path("kernels", source_name)
+    except FileNotFoundError as error:
+        raise TensorCoresUnavailable(f"the CUDA C sources are missing: {error}") from error
     flags = gencode_flags([tuple(cc)])
     path = cache_dir() / f"{source.stem}.sm_{cc[0]}{cc[1]}.{_fingerprint(nvcc, source, flags)}.fatbin"
     if path.is_file():

@@ -16,16 +16,7 @@ import numpy as np
 import yaml
 
 from embodied_ros.replay.metrics import distribution_ms, period_stats
-
-
-def budgets_dir() -> Path:
-    """config/budgets of the source tree, else of the installed package share directory."""
-    source = Path(__file__).resolve().parents[2] / "config" / "budgets"
-    if source.is_dir():
-        return source
-    from ament_index_python.packages import get_package_share_directory
-
-    return Path(get_package_share_directory("embodied_ros")) / "config" / "budgets"
+from embodied_ros.share import share_path
 
 
 @dataclass(frozen=True)
@@ -68,9 +59,9 @@ def load_budget(name_or_path: str | Path) -> LatencyBudget:
     """A budget by deployment name (config/budgets/<name>.yaml) or by file path."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
-        path = budgets_dir() / f"{name_or_path}.yaml"
+        path = share_path("config", "budgets") / f"{name_or_path}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in budgets_dir().glob("*.yaml"))
+        known = sorted(p.stem for p in share_path("config", "budgets").glob("*.yaml"))
         raise FileNotFoundError(f"no latency budget {name_or_path!r} ({path}); known deployments: {known}")
     values = yaml.safe_load(path.read_text()) or {}
     unknown = sorted(set(values) - _BUDGET_KEYS)

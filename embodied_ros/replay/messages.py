@@ -8,11 +8,11 @@ type hashes as messages published by the compiled package.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 
-PACKAGE = "embodied_ros"
+from embodied_ros.share import PACKAGE, share_path
+
 IMAGE = "sensor_msgs/msg/Image"
 JOINT_STATE = "sensor_msgs/msg/JointState"
 STRING = "std_msgs/msg/String"
@@ -22,21 +22,6 @@ ACTION_CHUNK = f"{PACKAGE}/msg/ActionChunk"
 STAGE_TIMING = f"{PACKAGE}/msg/StageTiming"
 
 
-def msg_dir() -> Path:
-    """Where the project's `.msg` files are: the source tree, else the installed share directory."""
-    source = Path(__file__).resolve().parents[2] / "msg"
-    if source.is_dir():
-        return source
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        return Path(get_package_share_directory(PACKAGE)) / "msg"
-    except Exception as error:  # ament_index raises its own lookup error type
-        raise FileNotFoundError(
-            f"cannot find the {PACKAGE} message definitions (looked in {source} and the ament index)"
-        ) from error
-
-
 @functools.cache
 def typestore():
     """Kilted standard types + embodied_ros/msg/* (cached; treat as read-only)."""
@@ -44,7 +29,7 @@ def typestore():
 
     store = get_typestore(Stores.ROS2_KILTED)
     own = {}
-    for path in sorted(msg_dir().glob("*.msg")):
+    for path in sorted(share_path("msg").glob("*.msg")):
         own.update(get_types_from_msg(path.read_text(), f"{PACKAGE}/msg/{path.stem}"))
     store.register(own)
     return store
