@@ -56,3 +56,20 @@ def test_ctrl_c_stops_up_cleanly_with_its_report(tmp_path_factory, tmp_path):
         process.kill()
     assert process.returncode == 0
     assert "period error p50/p99" in out
+
+
+@pytest.mark.parametrize("damage", ["not_a_bundle", "truncated", "missing"])
+def test_up_refuses_a_bad_bundle_in_one_line(tmp_path_factory, tmp_path, damage):
+    bundle = tmp_path / "bad.gguf"
+    if damage == "not_a_bundle":
+        bundle.write_text("model: pi05\n")
+    elif damage == "truncated":
+        bundle.write_bytes(pi05_bundle(tmp_path_factory).read_bytes()[:50_000])
+    command = [sys.executable, "-m", "embodied_ros.cli.main", "up", "--bundle", str(bundle), "--duration", "1",
+               "--domain-id", str(next_domain())]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith(f"embodied-ros up: {bundle}")

@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     import yaml
 
+    from embodied_ros.bundle.errors import BundleError
     from embodied_ros.graph.config import load_config
     from embodied_ros.graph.paths import default_config
     from embodied_ros.graph.up import format_report, run_up
@@ -52,8 +53,11 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config or default_config(), overrides)
     except (ValueError, OSError) as error:
         raise SystemExit(f"embodied-ros up: {error}")
-    report = run_up(config, duration_s=args.duration, namespace=args.namespace, remaps=args.remap,
-                    synthetic=args.synthetic, summary_period_s=args.summary_period, domain_id=args.domain_id)
+    try:
+        report = run_up(config, duration_s=args.duration, namespace=args.namespace, remaps=args.remap,
+                        synthetic=args.synthetic, summary_period_s=args.summary_period, domain_id=args.domain_id)
+    except BundleError as error:  # loaded before any node starts
+        raise SystemExit(f"embodied-ros up: {error}")
     print(format_report(report))
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report.to_dict(), indent=2))
