@@ -98,6 +98,29 @@ def test_a_failing_callback_is_logged_and_the_thread_keeps_spinning(capfd):
     assert "first tick fails" in capfd.readouterr().err
 
 
+def test_a_shutdown_signal_mid_wait_ends_the_thread_without_an_error(capfd):
+    """rclpy's SIGINT/SIGTERM handler shuts the context down from another thread; an executor then
+    waiting fails building its wait set ("the given context is not valid"): the end, not a failure."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    from embodied_ros.graph.spinning import SpinThread
+
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+
+    class ShutDownMidWait(SingleThreadedExecutor):
+        def spin_once(self, timeout_sec=None):
+            rclpy.shutdown(context=context)
+            raise RuntimeError("failed to initialize wait set: the given context is not valid")
+
+    spinner = SpinThread(ShutDownMidWait(context=context), "signalled-thread")
+    spinner.start()
+    spinner._thread.join(timeout=5)
+    assert not spinner._thread.is_alive()
+    spinner.stop()
+    assert "callback failed" not in capfd.readouterr().err
+
+
 class _SlowPerception(FakeRuntime):
     """Perception that blocks until released, as a long vision-tower run would."""
 

@@ -40,6 +40,8 @@ class SpinThread:
             except ExternalShutdownException:
                 return  # the context was shut down (Ctrl-C): nothing more to spin
             except Exception:  # a callback's bug must not silently stop every node on this thread
+                if not self.executor.context.ok():
+                    return  # the context went down mid-wait (SIGTERM/SIGINT): shutting down, not a failure
                 self._logger.error(f"callback failed on {self._thread.name}:\n{traceback.format_exc()}",
                                    throttle_duration_sec=5.0)
 
