@@ -15,13 +15,13 @@ from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration
 
-from embodied_ros.graph.paths import package_root
+from embodied_ros.share import share_path
 
 
 def generate_launch_description() -> LaunchDescription:
     graph = PythonLaunchDescriptionSource(str(Path(__file__).with_name("pi05.launch.py")))
     return LaunchDescription([
-        DeclareLaunchArgument("config", default_value=str(package_root() / "config" / "lingbot_va.yaml"),
+        DeclareLaunchArgument("config", default_value=str(share_path("config", "lingbot_va.yaml")),
                               description="graph config YAML"),
         IncludeLaunchDescription(graph, launch_arguments={"config": LaunchConfiguration("config")}.items()),
     ])
