@@ -30,6 +30,7 @@ def test_up_runs_and_reports(tmp_path_factory, tmp_path, layout):
     for stage in ("observation", "perception", "prefix", "action"):
         row = report["stages"][stage]
         assert row["runs"] > 0 and row["rate_hz"] > 0 and row["compute_ms_p50"] >= 0
+    assert report["stages"]["observation"]["runs"] <= 4 * 10 + 3  # the 4 s run at 10 Hz, not the start-up
     commands = report["commands"]
     assert commands["commands"] > 50 and 25 < commands["rate_hz"] < 75
     assert 0 <= commands["tick_period_error_ms_p50"] <= commands["tick_period_error_ms_p99"]

@@ -70,7 +70,7 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         outside.add_node(robot)
     spinner = SpinThread(outside, "up-outside")
     spinner.start()
-    launched = time.monotonic()
+    launched = started = time.monotonic()
     graph, first_chunk_s, exited, ran_s = None, None, {}, 0.0
     try:
         graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
@@ -94,8 +94,10 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         for node in nodes:
             node.destroy_node()
         rclpy.try_shutdown(context=context)
-    return UpReport(config.layout, config.bundle, ran_s, first_chunk_s, monitor.stage_summary(),
-                    monitor.command_summary(), dict(monitor.hold_reasons), exited, monitor.input_problem)
+    # the tables cover the run announced by "graph up", not the start-up before it
+    return UpReport(config.layout, config.bundle, ran_s, first_chunk_s, monitor.stage_summary(started),
+                    monitor.command_summary(int(started * 1e9)), dict(monitor.hold_reasons), exited,
+                    monitor.input_problem)
 
 
 def _start_graph(config, runtime, context, namespace, remaps, domain_id):
