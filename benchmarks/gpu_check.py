@@ -17,8 +17,8 @@ within the op's registered tolerance, and times in milliseconds:
 The tensor-core products (kernels/gemm.cu, cases named "tensor-core ...") are checked the same way
 at the prefix and Wan sizes and an odd one, with each weight type: kernel_err against the product
 of the bf16-rounded inputs, precision_err against float32 (both scaled by |x| @ |W|^T), whether
-`linear` in bf16 precision gives the same result and `linear_t` its exact transpose, device_ms,
-tflops, and float32_ms (the same `linear` call in float32 precision).
+`linear` in bf16 precision gives the same result, device_ms, tflops, and float32_ms (the same
+`linear` call in float32 precision).
 Exit status 0 when every case passes. `--tiny` runs the same cases at small sizes (how the tests run
 this script in numba's CUDA simulator).
 """
@@ -118,13 +118,9 @@ def cases(d: dict) -> list[Case]:
              lambda r: (_normal(r, n, d["gemma"]), q4(r, (d["gemma_mlp"], d["gemma"])), None)),
         Case(f"gemma linear q8_0 matrix-vector [1 x {d['gemma']} -> {d['gemma_mlp']}]", "linear",
              lambda r: (_normal(r, 1, d["gemma"]), q8(r, (d["gemma_mlp"], d["gemma"])), None)),
-        Case(f"expert linear_t q4_k gate/up [{a} x {d['expert']} -> {2 * d['expert_mlp']}]", "linear_t",
-             lambda r: (_normal(r, a, d["expert"]), q4(r, (2 * d["expert_mlp"], d["expert"])), None)),
-        Case(f"expert linear_t float32 down, transposed input [{a} x {d['expert_mlp']} -> {d['expert']}] + bias",
-             "linear_t", lambda r: (_normal(r, d["expert_mlp"], a).T,  # a view, as the expert passes it
-                                    _normal(r, d["expert"], d["expert_mlp"], scale=0.02), _normal(r, d["expert"]))),
-        Case(f"gemma linear_t q8_0 qkv [{n} x {d['gemma']} -> {(heads + 2) * hd}]", "linear_t",
-             lambda r: (_normal(r, n, d["gemma"]), q8(r, ((heads + 2) * hd, d["gemma"])), None)),
+        Case(f"expert linear float32 down, transposed input [{a} x {d['expert_mlp']} -> {d['expert']}] + bias",
+             "linear", lambda r: (_normal(r, d["expert_mlp"], a).T,  # a non-contiguous view
+                                  _normal(r, d["expert"], d["expert_mlp"], scale=0.02), _normal(r, d["expert"]))),
         Case(f"dequantize q4_k [{d['gemma_mlp']}, {d['gemma']}]", "dequantize",
              lambda r: (q4(r, (d["gemma_mlp"], d["gemma"])),)),
         Case(f"wan modulated_layer_norm [{wan_tokens}, {d['wan']}]", "modulated_layer_norm",
@@ -254,10 +250,8 @@ def run_gemm_case(case: GemmCase, repeats: int, seed: int) -> dict:
     ms = _device_ms(device, lambda: _cuda_gemm.multiply(device, x_d, w_arg, b_d, y_d), repeats)
     y = y_d.numpy()
     linear = registry.implementations("linear")["cuda"]
-    linear_t = registry.implementations("linear_t")["cuda"]
     with _cuda_gemm.use_matmul_precision("bf16"):
         result["linear_uses_it"] = bool(np.array_equal(linear(x_d, weight_d, b_d).numpy(), y))
-        result["linear_t_uses_it"] = bool(np.array_equal(linear_t(x_d, weight_d, b_d).numpy(), y.T))
     with _cuda_gemm.use_matmul_precision("float32"):
         result["float32_ms"] = round(_device_ms(device, lambda: linear(x_d, weight_d, b_d), repeats), 4)
     result["device_ms"] = round(ms, 4)
@@ -273,7 +267,6 @@ def run_gemm_case(case: GemmCase, repeats: int, seed: int) -> dict:
     result["relative_err"] = float(np.linalg.norm(y - exact) / np.linalg.norm(exact))
     result["tolerance"] = {"kernel_err": GEMM_KERNEL_TOLERANCE, "precision_err": GEMM_PRECISION_BOUND}
     result["ok"] = bool(result["kernel_err"] <= GEMM_KERNEL_TOLERANCE and result["linear_uses_it"]
-                        and result["linear_t_uses_it"]
                         and result["precision_err"] <= GEMM_PRECISION_BOUND + GEMM_KERNEL_TOLERANCE)
     return result
 

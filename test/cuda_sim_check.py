@@ -85,15 +85,10 @@ def cases():
                                                                     random_quant_tensor(rng, "q8_0", (1, 2080)), None)
     yield "linear", "q4_k, 65 rows", (normal(65, 256), random_quant_tensor(rng, "q4_k", (2, 256)), None)
     yield "linear", "bf16", (normal(2, 13), random_quant_tensor(rng, "bf16", (4, 13)), normal(4))
-    yield "linear_t", "float32 + bias, 70 features (two tiles)", (normal(3, 20), normal(70, 20), normal(70))
-    yield "linear_t", "transposed input view, float16 weight", (normal(20, 3).T, normal(5, 20).astype(np.float16),
-                                                               None)
-    yield "linear_t", "q8_0 + bias, 9 rows (two passes)", (normal(9, 64), random_quant_tensor(rng, "q8_0", (3, 64)),
-                                                            normal(3))
-    yield "linear_t", "q4_k, 3 rows", (normal(3, 512), random_quant_tensor(rng, "q4_k", (2, 512)), None)
-    yield "linear_t", "q8_0 + bias, 65 rows (two tiles)", (normal(65, 32), random_quant_tensor(rng, "q8_0", (2, 32)),
-                                                            normal(2))
-    yield "linear_t", "bf16", (normal(2, 13), random_quant_tensor(rng, "bf16", (4, 13)), None)
+    yield "linear", "float32 + bias, 70 features (two tiles)", (normal(3, 20), normal(70, 20), normal(70))
+    yield "linear", "transposed input view, float16 weight", (normal(20, 3).T, normal(5, 20).astype(np.float16), None)
+    yield "linear", "q8_0 + bias, 65 rows (two tiles)", (normal(65, 32), random_quant_tensor(rng, "q8_0", (2, 32)),
+                                                          normal(2))
     yield "dequantize", "q8_0", (random_quant_tensor(rng, "q8_0", (2, 64)),)
     yield "dequantize", "q4_k 3-d", (random_quant_tensor(rng, "q4_k", (2, 1, 512)),)
     yield "dequantize", "bf16", (random_quant_tensor(rng, "bf16", (3, 5)),)
@@ -136,13 +131,9 @@ EXPECTED_KERNELS = {
     ("linear", "q4_k, 3 rows"): ["q4_k_linear"],
     ("linear", "q4_k, 65 rows"): ["q4_k_rows", "matmul_nt"],
     ("linear", "bf16"): ["bf16_rows", "matmul_nt"],
+    ("linear", "float32 + bias, 70 features (two tiles)"): ["matmul_nt"],
+    ("linear", "q8_0 + bias, 65 rows (two tiles)"): ["q8_0_rows", "matmul_nt"],
     ("dequantize", "bf16"): ["bf16_rows"],
-    # linear_t: the same kernels writing [out, N] directly, no transpose
-    ("linear_t", "float32 + bias, 70 features (two tiles)"): ["matmul_nt"],
-    ("linear_t", "q8_0 + bias, 9 rows (two passes)"): ["q8_0_linear"],
-    ("linear_t", "q4_k, 3 rows"): ["q4_k_linear"],
-    ("linear_t", "q8_0 + bias, 65 rows (two tiles)"): ["q8_0_rows", "matmul_nt"],
-    ("linear_t", "bf16"): ["bf16_rows", "matmul_nt"],
 }
 
 
@@ -200,35 +191,9 @@ def other_thread_check():
     check("rms_norm", "called from another thread", run)
 
 
-def tensor_core_transpose_check():
-    """linear_t on the tensor-core route: the product in [N, out], then `transpose` on the GPU. gemm.cu
-    cannot run in the simulator (test_cuda_gemm.py checks it), so the float32 kernel stands in for it."""
-    from embodied_ros.kernels import _cuda_gemm, cuda_linear
-    x, w, b = normal(130, 8), normal(33, 8), normal(33)  # 130 rows: at least TENSOR_CORE_MIN_ROWS
-
-    def product(device, rows, weight, bias, y):
-        grid = (-(-y.shape[1] // cuda_linear.TILE), -(-y.shape[0] // cuda_linear.TILE))
-        device.launch(cuda_linear.matmul_nt, grid, (16, 16), (rows, weight, bias, 0, y))
-
-    def run():
-        saved = _cuda_gemm.multiply, _cuda_gemm.tensor_cores
-        _cuda_gemm.multiply, _cuda_gemm.tensor_cores = product, lambda device: True
-        before = len(cuda_fake_driver.launched_kernels())
-        try:
-            with _cuda_gemm.use_matmul_precision("bf16"):
-                got = registry.implementations("linear_t")["cuda"](to_device(x), to_device(w), to_device(b))
-        finally:
-            _cuda_gemm.multiply, _cuda_gemm.tensor_cores = saved
-        launched = [k.rsplit(".", 1)[1] for k in cuda_fake_driver.launched_kernels()[before:]]
-        if launched != ["matmul_nt", "transpose"]:
-            raise AssertionError(f"launched {launched}, expected the product, then transpose")
-        return compare("linear_t", got.numpy(), (x, w, b))
-    check("linear_t", "tensor-core route, 130 rows x 33 features (transpose over 5x2 tiles)", run)
-
-
 DEVICE_CASES = {"2x7", "3-d, F=17", "grid 1x2x2, 2 heads, d 16", "3x50", "additive mask", "masked cache rows",
                 "q4_k, one vector", "q8_0, 9 rows (two passes)", "leading dims, float16 weight", "q4_k 3-d",
-                "transposed input view, float16 weight", "q8_0 + bias, 9 rows (two passes)"}
+                "transposed input view, float16 weight"}
 
 
 def main() -> None:
@@ -238,4 +203,3 @@ def main() -> None:
             check(op, f"{name} (device tensors)", device_run(op, args))
     chain_check()
     other_thread_check()
-    tensor_core_transpose_check()

@@ -372,32 +372,27 @@ def test_bf16_weights_are_read_as_stored_and_small_products_stay_float32(device)
     assert values[1] == device.pointer_of(weight.data) and values[2] == 0 and values[4:] == [128, 40, 24]
 
 
-def test_linear_t_writes_feature_major_with_the_same_routing(device):
-    """linear_t ([out, N]) takes the same paths as linear: the float32 product with its operands swapped
-    (the bias then runs along rows), and in bf16 precision the tensor-core product followed by an
-    on-GPU transpose into [out, N]; device tensors in, device tensors out, nothing through the host."""
+def test_linear_on_device_tensors_writes_its_result_in_place(device):
+    """Device tensors in, device tensors out, nothing through the host: the float32 product writes the
+    result directly, and so does the tensor-core product in bf16 precision (a bf16 weight read as stored)."""
     rng = np.random.default_rng(4)
     x, w, b = (_cuda_runtime.to_device(rng.standard_normal(shape, dtype=np.float32))
                for shape in ((200, 64), (96, 64), (96,)))
     bf16_weight = _cuda_runtime.to_device(random_quant_tensor(rng, "bf16", (40, 64)))
-    linear_t = registry.implementations("linear_t")["cuda"]
-    results = [linear_t(x, w, b)]
+    results = [_linear(x, w, b)]
     with use_matmul_precision("bf16"):
-        results += [linear_t(x, w, b), linear_t(x, bf16_weight)]
-    assert [r.shape for r in results] == [(96, 200), (96, 200), (40, 200)]
+        results += [_linear(x, w, b), _linear(x, bf16_weight)]
+    assert [r.shape for r in results] == [(200, 96), (200, 96), (200, 40)]
     assert all(isinstance(r, DeviceTensor) for r in results) and len(device.uploads) == 4
     names = [name for name, _, _ in device.launches]
-    assert names == ["matmul_nt", GEMM_F32_WEIGHT.entry, "transpose", GEMM_BF16_WEIGHT.entry, "transpose"]
-    _, grid, (left, right, bias, bias_per_row, out) = device.launches[0]
-    assert (left, right, bias, bias_per_row, out) == (w, x, b, 1, results[0]) and grid == (4, 2)
+    assert names == ["matmul_nt", GEMM_F32_WEIGHT.entry, GEMM_BF16_WEIGHT.entry]
+    _, grid, args = device.launches[0]
+    assert [(t.pointer, t.shape) for t in args] == [(t.pointer, t.shape) for t in (x, w, b, results[0])]
+    assert grid == (2, 4)
     _, _, values = device.launches[1]
-    assert values[:3] == [x.pointer, w.pointer, b.pointer] and values[4:] == [200, 96, 64]
-    _, grid, (product, out) = device.launches[2]
-    assert (product.pointer, product.shape, out, grid) == (values[3], (200, 96), results[1], (3, 7))
-    _, _, values = device.launches[3]
-    assert values[1] == bf16_weight.data.pointer and values[2] == 0 and values[4:] == [200, 40, 64]
-    _, grid, (product, out) = device.launches[4]
-    assert (product.pointer, product.shape, out, grid) == (values[3], (200, 40), results[2], (2, 7))
+    assert values == [x.pointer, w.pointer, b.pointer, results[1].pointer, 200, 96, 64]
+    _, _, values = device.launches[2]
+    assert values[:4] == [x.pointer, bf16_weight.data.pointer, 0, results[2].pointer] and values[4:] == [200, 40, 64]
 
 
 @pytest.mark.parametrize("cc,missing_nvcc,reason", [((9, 0), True, "nvcc was not found"),
@@ -485,11 +480,8 @@ class ModelGpu:
     def launch(self, kernel, grid, block, args, shared_bytes=0):
         name = kernel.fn.__name__
         if name == "matmul_nt":
-            x, w, bias, y = (self.view(a) for a in (*args[:3], args[4]))
-            y[...] = x @ w.T + ((bias[:, None] if args[3] else bias) if bias.size else 0)
-        elif name == "transpose":
-            a, out = (self.view(t) for t in args)
-            out[...] = a.T
+            x, w, bias, y = (self.view(a) for a in args)
+            y[...] = x @ w.T + (bias if bias.size else 0)
         elif name == "bf16_rows":
             data, bits = (self.view(a) for a in args)
             bits[...] = data.view(np.uint16).astype(np.uint32) << 16
@@ -508,6 +500,6 @@ def test_device_check_tensor_core_cases_pass_on_the_host_model(built, tmp_path, 
     assert [c.weight for c in cases] == ["float32", "bf16"] * 3 and min(c.rows for c in cases) >= 128
     for case in cases:
         result = gpu_check.run_gemm_case(case, repeats=1, seed=0)
-        assert result["ok"] and result["linear_uses_it"] and result["linear_t_uses_it"], result
+        assert result["ok"] and result["linear_uses_it"], result
         assert result["kernel_err"] < 1e-5 and result["precision_err"] <= 2.0 ** -8
-    assert stand_in.native_launches == 4 * len(cases)  # timing warm-up + timed call, `linear`, `linear_t`
+    assert stand_in.native_launches == 3 * len(cases)  # timing warm-up + timed call, `linear`

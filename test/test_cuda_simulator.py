@@ -51,7 +51,7 @@ def simulated():
 
 
 def ops_called_by_the_package() -> dict[str, list[str]]:
-    """op -> where it is called: every attribute access named after a registered op (`ks.linear_t`, ...)
+    """op -> where it is called: every attribute access named after a registered op (`ks.linear`, ...)
     in the package outside embodied_ros/kernels/. Read from the source, so a new call is seen at once."""
     package = REPO / "embodied_ros"
     names = set(registry.ops())
@@ -79,7 +79,7 @@ def test_every_op_the_package_calls_runs_on_the_gpu():
 def test_the_cuda_backend_covers_the_hot_ops():
     expected = {"rms_norm", "ada_rms_norm", "layer_norm", "modulated_layer_norm", "rms_norm_across_heads",
                 "gated_residual", "rope", "rope_pairs", "gelu_tanh", "gelu_tanh_mul", "gelu_tanh_glu", "attention",
-                "cached_attention", "linear", "linear_t", "dequantize"}
+                "cached_attention", "linear", "dequantize"}
     assert expected <= set(CUDA_OPS)
     chosen = registry.KernelSet("cuda").chosen
     assert all(chosen[op] == "cuda" for op in expected)

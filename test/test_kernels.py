@@ -45,7 +45,7 @@ def test_kernel_set_falls_back_to_reference():
         assert chosen in registry.implementations(op)
 
 
-@pytest.mark.parametrize("op", ["linear", "linear_t", "attention", "cached_attention"])
+@pytest.mark.parametrize("op", ["linear", "attention", "cached_attention"])
 def test_products_without_vector_units_match_reference(op, monkeypatch):
     """The BLAS forms the numba kernels take on CPUs without 16-lane vectors."""
     from embodied_ros.kernels import attention, linear

@@ -1,8 +1,5 @@
-"""Linear layers and dequantization on the GPU: `linear`, `linear_t` and `dequantize` (see linear.py and
-quant.py for the weight layouts). Weights stay in their stored form on the GPU (`to_device(QuantTensor)`).
-`linear_t` (W @ x^T, [out, N]) runs the same kernels writing that layout directly: the tiled product
-with its operands swapped, the fused kernels with feature-major stores; only the tensor-core product
-writes [N, out] and is followed by an on-GPU `transpose`.
+"""Linear layers and dequantization on the GPU: `linear` and `dequantize` (see linear.py and quant.py
+for the weight layouts). Weights stay in their stored form on the GPU (`to_device(QuantTensor)`).
 
   float32 weights     a tiled matrix product: each 16x16-thread block computes a 64x64 tile of y,
                       staging 16-wide slices of x and W in shared memory (float16 host weights are
@@ -34,18 +31,14 @@ FUSED_THREADS = 64
 TILE = 64  # output tile of the float32 product (rows x features)
 STEP = 16  # reduction slice staged in shared memory
 _DEQUANTIZE_THREADS = 128
-_TRANSPOSE_SIDE = 32  # square tile of `transpose`
-_TRANSPOSE_ROWS = 8  # its block: 32 x 8 threads, each moving 4 elements
-_TRANSPOSE_PADDED = _TRANSPOSE_SIDE + 1  # shared tile rows: one extra column spreads the memory banks
 _PADDED = TILE + 1  # shared tile rows: one extra column spreads the accesses over the memory banks
 _MATRIX = "float32[:, ::1]"
 _BYTES = "uint8[:, ::1]"
 
 
-@cuda_kernel(f"void({_MATRIX}, {_MATRIX}, float32[::1], int32, {_MATRIX})", threads=16 * 16)
-def matmul_nt(x, w, bias, bias_per_row, y):  # pragma: no cover - device code
-    # y[N, O] = x[N, I] @ w[O, I]^T (+ bias[O], or bias[N] if bias_per_row, unless bias is empty);
-    # grid (O/64, N/64), block (16, 16). linear_t passes (W, x): y is then [out, N], its bias per row.
+@cuda_kernel(f"void({_MATRIX}, {_MATRIX}, float32[::1], {_MATRIX})", threads=16 * 16)
+def matmul_nt(x, w, bias, y):  # pragma: no cover - device code
+    # y[N, O] = x[N, I] @ w[O, I]^T (+ bias[O] unless bias is empty); grid (O/64, N/64), block (16, 16)
     x_tile = cuda.shared.array((STEP, _PADDED), np.float32)  # [k, row]; +1 spreads the banks
     w_tile = cuda.shared.array((STEP, _PADDED), np.float32)  # [k, feature]
     acc = cuda.local.array((4, 4), np.float32)
@@ -82,13 +75,12 @@ def matmul_nt(x, w, bias, bias_per_row, y):  # pragma: no cover - device code
                 if bias.shape[0] == 0:
                     y[row, col] = acc[a, b]
                 else:
-                    y[row, col] = acc[a, b] + (bias[row] if bias_per_row != 0 else bias[col])
+                    y[row, col] = acc[a, b] + bias[col]
 
 
-@cuda_kernel(f"void({_MATRIX}, {_BYTES}, float32[::1], int32, {_MATRIX})", threads=FUSED_THREADS)
-def q8_0_linear(x, data, bias, feature_major, y):  # pragma: no cover - device code
-    # x: [N, I]; data: [O, I/32 * 34] q8_0 blocks -> y: [N, O], or [O, N] if feature_major;
-    # grid (O,), block FUSED_THREADS
+@cuda_kernel(f"void({_MATRIX}, {_BYTES}, float32[::1], {_MATRIX})", threads=FUSED_THREADS)
+def q8_0_linear(x, data, bias, y):  # pragma: no cover - device code
+    # x: [N, I]; data: [O, I/32 * 34] q8_0 blocks -> y: [N, O]; grid (O,), block FUSED_THREADS
     partial = cuda.shared.array((ROWS_AT_ONCE, FUSED_THREADS), np.float32)
     acc = cuda.local.array(ROWS_AT_ONCE, np.float32)
     o = cuda.blockIdx.x
@@ -109,19 +101,14 @@ def q8_0_linear(x, data, bias, feature_major, y):  # pragma: no cover - device c
         for n in range(ROWS_AT_ONCE):
             partial[n, t] = acc[n]
         block_sum_rows(partial, rows)
-        if t < rows:  # one thread per row's sum: consecutive addresses when feature-major
-            value = partial[t, 0] + (bias[o] if bias.shape[0] != 0 else np.float32(0.0))
-            if feature_major != 0:
-                y[o, r0 + t] = value
-            else:
-                y[r0 + t, o] = value
+        if t < rows:  # one thread per row's sum
+            y[r0 + t, o] = partial[t, 0] + (bias[o] if bias.shape[0] != 0 else np.float32(0.0))
         cuda.syncthreads()
 
 
-@cuda_kernel(f"void({_MATRIX}, {_BYTES}, float32[::1], int32, {_MATRIX})", threads=FUSED_THREADS)
-def q4_k_linear(x, data, bias, feature_major, y):  # pragma: no cover - device code
-    # x: [N, I]; data: [O, I/256 * 144] q4_k blocks -> y: [N, O], or [O, N] if feature_major;
-    # grid (O,), block FUSED_THREADS
+@cuda_kernel(f"void({_MATRIX}, {_BYTES}, float32[::1], {_MATRIX})", threads=FUSED_THREADS)
+def q4_k_linear(x, data, bias, y):  # pragma: no cover - device code
+    # x: [N, I]; data: [O, I/256 * 144] q4_k blocks -> y: [N, O]; grid (O,), block FUSED_THREADS
     partial = cuda.shared.array((ROWS_AT_ONCE, FUSED_THREADS), np.float32)
     acc = cuda.local.array(ROWS_AT_ONCE, np.float32)
     o = cuda.blockIdx.x
@@ -142,12 +129,8 @@ def q4_k_linear(x, data, bias, feature_major, y):  # pragma: no cover - device c
         for n in range(ROWS_AT_ONCE):
             partial[n, t] = acc[n]
         block_sum_rows(partial, rows)
-        if t < rows:  # one thread per row's sum: consecutive addresses when feature-major
-            value = partial[t, 0] + (bias[o] if bias.shape[0] != 0 else np.float32(0.0))
-            if feature_major != 0:
-                y[o, r0 + t] = value
-            else:
-                y[r0 + t, o] = value
+        if t < rows:  # one thread per row's sum
+            y[r0 + t, o] = partial[t, 0] + (bias[o] if bias.shape[0] != 0 else np.float32(0.0))
         cuda.syncthreads()
 
 
@@ -208,25 +191,6 @@ def bf16_rows(data, bits):  # pragma: no cover - device code
         bits[r, k] = (np.uint32(data[r, 2 * k]) << np.uint32(16)) | (np.uint32(data[r, 2 * k + 1]) << np.uint32(24))
 
 
-@cuda_kernel(f"void({_MATRIX}, {_MATRIX})", threads=_TRANSPOSE_SIDE * _TRANSPOSE_ROWS)
-def transpose(a, out):  # pragma: no cover - device code
-    # a: [R, C] -> out: [C, R]; grid (C/32, R/32), block (32, 8): a 32x32 tile through shared memory,
-    # so that both the reads of a and the writes of out are whole rows of consecutive addresses
-    tile = cuda.shared.array((_TRANSPOSE_SIDE, _TRANSPOSE_PADDED), np.float32)
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    n_rows, n_cols = a.shape
-    row0 = cuda.blockIdx.y * _TRANSPOSE_SIDE
-    col0 = cuda.blockIdx.x * _TRANSPOSE_SIDE
-    for i in range(ty, _TRANSPOSE_SIDE, _TRANSPOSE_ROWS):
-        if row0 + i < n_rows and col0 + tx < n_cols:
-            tile[i, tx] = a[row0 + i, col0 + tx]
-    cuda.syncthreads()
-    for i in range(ty, _TRANSPOSE_SIDE, _TRANSPOSE_ROWS):
-        if col0 + i < n_cols and row0 + tx < n_rows:
-            out[col0 + i, row0 + tx] = tile[tx, i]
-
-
 def _dequantize_on_gpu(weight: QuantTensor) -> DeviceTensor:
     """float32 [rows, in] on the GPU from a QuantTensor's blocks (any leading dims flattened to rows)."""
     data = on_device(weight.data, "weight blocks", np.uint8)
@@ -249,13 +213,13 @@ def dequantize_cuda(tensor: QuantTensor):
     return returned(out, tensor.data)
 
 
-def _check(x, weight, bias, op: str = "linear") -> None:
+def _check(x, weight, bias) -> None:
     if len(weight.shape) != 2 or tuple(x.shape[-1:]) != tuple(weight.shape[1:]):
-        raise ValueError(f"{op}: input with {x.shape[-1] if len(x.shape) else 0} features (shape "
+        raise ValueError(f"linear: input with {x.shape[-1] if len(x.shape) else 0} features (shape "
                          f"{tuple(x.shape)}) does not fit a weight of shape {tuple(weight.shape)} "
                          "(out_features, in_features)")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise ValueError(f"{op}: bias has shape {tuple(bias.shape)}; expected ({weight.shape[0]},)")
+        raise ValueError(f"linear: bias has shape {tuple(bias.shape)}; expected ({weight.shape[0]},)")
 
 
 @kernel("linear", "cuda")
@@ -263,48 +227,22 @@ def linear_cuda(x, weight, bias=None):
     # x: [..., in], weight: [out, in] (float32/float16 array, DeviceTensor or QuantTensor) -> [..., out]
     _check(x, weight, bias)
     n_out, n_in = weight.shape
-    rows = on_device(x, "x").reshape(-1, n_in)
-    y = gpu().empty((rows.shape[0], n_out), np.float32)
+    rows = on_device(x, "x").reshape(-1, n_in)  # a non-contiguous numpy view is made contiguous on the host
+    n_rows = rows.shape[0]
+    y = gpu().empty((n_rows, n_out), np.float32)
     if y.size:
-        _multiply(rows, weight, bias, y, feature_major=False)
+        bias_d = nothing() if bias is None else on_device(bias, "bias")
+        fused = {"q8_0": q8_0_linear, "q4_k": q4_k_linear}
+        if _on_tensor_cores(n_rows):
+            _cuda_gemm.multiply(gpu(), rows, _tensor_core_weight(weight), bias_d, y)
+        elif isinstance(weight, QuantTensor) and weight.qtype in fused and n_rows <= FUSED_MAX_ROWS:
+            gpu().launch(fused[weight.qtype], (n_out,), (FUSED_THREADS,),
+                         (rows, on_device(weight.data, "weight blocks", np.uint8), bias_d, y))
+        else:
+            w = _dequantize_on_gpu(weight) if isinstance(weight, QuantTensor) else on_device(weight, "weight")
+            grid = (-(-n_out // TILE), -(-n_rows // TILE))
+            gpu().launch(matmul_nt, grid, (16, 16), (rows, w, bias_d, y))
     return returned(y.reshape(*x.shape[:-1], n_out), x)
-
-
-@kernel("linear_t", "cuda")
-def linear_t_cuda(x, weight, bias=None):
-    # x: [N, in], weight: [out, in] -> [out, N] (feature-major), computed in that layout on the GPU
-    if len(x.shape) != 2:
-        raise ValueError(f"linear_t: expected rows [N, in_features], got an input of shape {tuple(x.shape)}")
-    _check(x, weight, bias, "linear_t")
-    rows = on_device(x, "x")  # a transposed numpy view is made contiguous on the host, then uploaded
-    y_t = gpu().empty((weight.shape[0], rows.shape[0]), np.float32)
-    if y_t.size:
-        _multiply(rows, weight, bias, y_t, feature_major=True)
-    return returned(y_t, x)
-
-
-def _multiply(rows: DeviceTensor, weight, bias, out: DeviceTensor, feature_major: bool) -> None:
-    """out = rows @ W^T + bias ([N, out]), or when feature_major its transpose W @ rows^T + bias[:, None]
-    ([out, N]). rows: [N, in] float32 on the GPU; weight and bias as `linear` takes them."""
-    n_out, n_rows = weight.shape[0], rows.shape[0]
-    bias_d = nothing() if bias is None else on_device(bias, "bias")
-    fused = {"q8_0": q8_0_linear, "q4_k": q4_k_linear}
-    if _on_tensor_cores(n_rows):
-        if not feature_major:
-            _cuda_gemm.multiply(gpu(), rows, _tensor_core_weight(weight), bias_d, out)
-            return
-        y = gpu().empty((n_rows, n_out), np.float32)  # the tensor-core kernel writes [N, out]
-        _cuda_gemm.multiply(gpu(), rows, _tensor_core_weight(weight), bias_d, y)
-        grid = (-(-n_out // _TRANSPOSE_SIDE), -(-n_rows // _TRANSPOSE_SIDE))
-        gpu().launch(transpose, grid, (_TRANSPOSE_SIDE, _TRANSPOSE_ROWS), (y, out))
-    elif isinstance(weight, QuantTensor) and weight.qtype in fused and n_rows <= FUSED_MAX_ROWS:
-        gpu().launch(fused[weight.qtype], (n_out,), (FUSED_THREADS,),
-                     (rows, on_device(weight.data, "weight blocks", np.uint8), bias_d, int(feature_major), out))
-    else:
-        w = _dequantize_on_gpu(weight) if isinstance(weight, QuantTensor) else on_device(weight, "weight")
-        left, right = (w, rows) if feature_major else (rows, w)  # out = left @ right^T
-        grid = (-(-right.shape[0] // TILE), -(-left.shape[0] // TILE))
-        gpu().launch(matmul_nt, grid, (16, 16), (left, right, bias_d, int(feature_major), out))
 
 
 def _on_tensor_cores(n_rows: int) -> bool:

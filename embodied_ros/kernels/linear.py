@@ -19,9 +19,6 @@ blocks decoded into a packed block in cache, read once per product. Elsewhere:
     a buffer in cache and multiplies it into every row;
   - quantized, more rows (and bf16): up to 256 MiB of weight rows at a time dequantized into a
     per-thread float32 scratch buffer, multiplied by BLAS.
-
-`linear_t(x, w, b)` is the same product returned transposed, [N, in] -> [out, N] (feature-major).
-x may be any 2-D view (a transposed one is read as it lies).
 """
 
 from __future__ import annotations
@@ -77,12 +74,7 @@ def _examples(rng: np.random.Generator) -> list[tuple]:
     for weight in read_only:
         (weight.data if isinstance(weight, QuantTensor) else weight).flags.writeable = False
         cases.append((rng.standard_normal((5, weight.shape[1]), dtype=np.float32), weight, None))
-    return cases
-
-
-def _examples_t(rng: np.random.Generator) -> list[tuple]:
-    cases = [args for args in _examples(rng) if args[0].ndim == 2]
-    x_t = rng.standard_normal((96, 11), dtype=np.float32)  # a transposed view, as the expert passes it
+    x_t = rng.standard_normal((96, 11), dtype=np.float32)  # x as a transposed (non-contiguous) view
     cases.append((x_t.T, rng.standard_normal((40, 96), dtype=np.float32), None))
     cases.append((x_t.T, random_quant_tensor(rng, "q8_0", (7, 96)), rng.standard_normal(7, dtype=np.float32)))
     return cases
@@ -137,31 +129,6 @@ def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) 
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
-@reference("linear_t", examples=_examples_t, rtol=1e-4, atol=1e-4)
-def linear_t(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.ndarray:
-    # x: [N, in], weight: [out, in] -> [out, N]
-    _check_rows(x, weight)
-    return np.ascontiguousarray(linear(x, weight, bias).T)
-
-
-@kernel("linear_t", "numba")
-def linear_t_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.ndarray:
-    _check_rows(x, weight)
-    if VECTOR_GEMM or isinstance(weight, PackedWeight):
-        return np.ascontiguousarray(_gemm.matmul(x, _as_float32(weight), bias).T)
-    if isinstance(weight, QuantTensor):
-        rows = np.ascontiguousarray(x, dtype=np.float32)
-        if _fused(rows, weight):
-            y_t = np.ascontiguousarray(_fused_linear_t(rows, weight))
-        else:
-            y_t = _chunked_linear(rows, weight, transposed=True)
-    else:
-        y_t = np.matmul(weight if weight.dtype == np.float32 else weight.astype(np.float32), x.T)
-    if bias is not None:
-        y_t += bias[:, None]
-    return y_t
-
-
 def _as_float32(weight: Weight) -> Weight:
     if isinstance(weight, np.ndarray) and weight.dtype != np.float32:
         return weight.astype(np.float32)
@@ -172,19 +139,8 @@ def _fused(rows: np.ndarray, weight: QuantTensor) -> bool:
     return rows.shape[0] <= FUSED_MAX_ROWS and weight.qtype in ("q8_0", "q4_k")
 
 
-def _check_rows(x: np.ndarray, weight) -> None:
-    if x.ndim != 2:
-        raise ValueError(f"linear_t: expected rows [N, in_features], got an input of shape {x.shape}")
-    _check_shapes(x, weight)
-
-
 def _fused_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
-    # rows: [N, in] -> [N, out]
-    return np.ascontiguousarray(_fused_linear_t(rows, weight).T)
-
-
-def _fused_linear_t(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
-    # rows: [N, in] -> [out, N] (a view of a wider buffer when N is not a multiple of 4)
+    # rows: [N, in] -> [N, out]; the kernels write it as [out, N], transposed at the end
     n_rows = rows.shape[0]
     padded = np.zeros((-(-n_rows // _TILE) * _TILE, rows.shape[1]), np.float32)  # rows taken by fours
     padded[:n_rows] = rows
@@ -196,26 +152,23 @@ def _fused_linear_t(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
     # allocates its weight buffer once (one per tile would page-fault on every allocation)
     workers = max(1, min(numba.get_num_threads(), -(-weight.shape[0] // _TILE))) if parallel else 1
     kernel(padded, weight.data, F16_TO_F32, workers, y_t)
-    return y_t[:, :n_rows]
+    return np.ascontiguousarray(y_t[:, :n_rows].T)
 
 
-def _chunked_linear(rows: np.ndarray, weight: QuantTensor, transposed: bool = False) -> np.ndarray:
-    # rows: [N, in] -> [N, out], or [out, N] when transposed
+def _chunked_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
+    # rows: [N, in] -> [N, out]
     n_out, n_in = weight.shape
     chunk = min(n_out, max(16, _CHUNK_BYTES // (4 * n_in)))
     scratch = _scratch(chunk * n_in).reshape(chunk, n_in)
     if chunk == n_out:
         dequantize_rows_into(weight, 0, n_out, scratch)
-        return scratch @ rows.T if transposed else rows @ scratch.T
-    y = np.empty((n_out, rows.shape[0]) if transposed else (rows.shape[0], n_out), np.float32)
+        return rows @ scratch.T
+    y = np.empty((rows.shape[0], n_out), np.float32)
     for start in range(0, n_out, chunk):
         stop = min(start + chunk, n_out)
         block = scratch[:stop - start]
         dequantize_rows_into(weight, start, stop, block)
-        if transposed:
-            y[start:stop] = block @ rows.T
-        else:
-            y[:, start:stop] = rows @ block.T
+        y[:, start:stop] = rows @ block.T
     return y
 
 
