@@ -41,6 +41,8 @@ def sandbox(tmp_path):
 
 
 def test_second_run_changes_nothing():
+    first = subprocess.run(["./setup.sh"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr  # up to date, or brought up to date after an edit
     stamps = ROOT / ".venv" / ".embodied_ros"
     generated = ROOT / "embodied_ros" / "msg" / "__init__.py"
     before = {path: path.stat().st_mtime_ns for path in [*stamps.iterdir(), generated]}
