@@ -114,8 +114,8 @@ def gelu_tanh_mul_numba(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     if gate.shape != up.shape:
         raise ValueError(f"gelu_tanh_mul: gate {gate.shape} and up {up.shape} differ in shape")
     out = np.empty(gate.shape, np.float32)
-    if gate.flags.c_contiguous and up.flags.c_contiguous:  # e.g. the gate and up rows of a feature-major
-        _gelu_mul_rows(gate.reshape(1, -1), up.reshape(1, -1), out.reshape(1, -1))  # product: one long row
+    if gate.flags.c_contiguous and up.flags.c_contiguous:  # contiguous: one long row
+        _gelu_mul_rows(gate.reshape(1, -1), up.reshape(1, -1), out.reshape(1, -1))
     else:
         _gelu_mul_rows(_as_rows(gate), _as_rows(up), _as_rows(out))
     return out

@@ -98,7 +98,7 @@ def _gate_examples(rng: np.random.Generator) -> list[tuple]:
         update = rng.standard_normal((tokens, width), dtype=np.float32)
         gate = rng.standard_normal((tokens if per_token else 1, width), dtype=np.float32)
         cases.append((x, update, gate))
-        transposed = rng.standard_normal((width, tokens), dtype=np.float32).T  # as the action expert passes it
+        transposed = rng.standard_normal((width, tokens), dtype=np.float32).T  # a non-contiguous update
         cases.append((x, transposed, gate))
     return cases
 
