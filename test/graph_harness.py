@@ -37,15 +37,16 @@ class FaultyRobot(SyntheticRobot):
 
     nan_joint: str | None = None
     truncated_camera: str | None = None
+    stamp_offset_ns: int = 0  # stamps images and joint states ahead of (or behind) the clock
 
     def make_image(self, camera, stamp_ns):
-        msg = super().make_image(camera, stamp_ns)
+        msg = super().make_image(camera, stamp_ns + self.stamp_offset_ns)
         if camera == self.truncated_camera:
             msg.data = msg.data[: len(msg.data) // 2]
         return msg
 
     def make_joint_state(self, stamp_ns):
-        msg = super().make_joint_state(stamp_ns)
+        msg = super().make_joint_state(stamp_ns + self.stamp_offset_ns)
         if self.nan_joint is not None:
             msg.position[msg.name.index(self.nan_joint)] = float("nan")
         return msg

@@ -5,7 +5,7 @@ import pytest
 
 from embodied_ros.deploy import ActionMapping, CommandLogic, JointLimits, TimedChunk
 from embodied_ros.deploy.command import (
-    CHUNK_RAN_OUT, INPUT_STATUS_SILENT, NON_FINITE_CHUNK, WAITING_FOR_CHUNK, WAITING_FOR_FRESH_CHUNK,
+    CHUNK_RAN_OUT, FUTURE_CHUNK, INPUT_STATUS_SILENT, NON_FINITE_CHUNK, WAITING_FOR_CHUNK, WAITING_FOR_FRESH_CHUNK,
 )
 from embodied_ros.deploy.messages import command_positions, float64_multi_array, joint_trajectory
 
@@ -56,6 +56,20 @@ def test_non_finite_chunk_is_refused_and_the_arm_holds():
     logic.accept_chunk(_chunk(20, [[np.nan], [2.0], [3.0]]), now_ns=20 * MS)
     held = logic.tick(40 * MS)
     assert held.holding and held.reason == NON_FINITE_CHUNK and held.positions[0] == 1.0
+
+
+def test_a_chunk_from_the_future_is_refused_and_does_not_shut_out_later_chunks():
+    logic = _logic()
+    logic.accept_chunk(_chunk(0, [[1.0], [2.0], [3.0]]), now_ns=0)
+    assert logic.tick(20 * MS).positions[0] == 1.0
+    logic.accept_chunk(_chunk(3_600_000, [[9.0], [9.0], [9.0]]), now_ns=20 * MS)  # observation stamped 1 h ahead
+    held = logic.tick(40 * MS)
+    assert held.holding and held.reason.startswith(FUTURE_CHUNK) and held.positions[0] == 1.0
+    logic.accept_chunk(_chunk(40, [[4.0], [5.0], [6.0]]), now_ns=40 * MS)
+    resumed = logic.tick(60 * MS)
+    assert not resumed.holding and resumed.positions[0] == 4.0
+    logic.accept_chunk(_chunk(150, [[7.0], [8.0]]), now_ns=60 * MS)  # 90 ms ahead: within the 100 ms allowed
+    assert not logic.tick(80 * MS).holding
 
 
 def test_without_any_chunk_it_holds_the_measured_position_or_sends_nothing():

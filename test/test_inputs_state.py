@@ -56,16 +56,26 @@ def test_instruction_is_stripped_and_empty_is_an_error():
 def test_buffer_refuses_missing_bad_and_old_inputs():
     buffer = InputBuffer(["front", "joint_states"])
     with pytest.raises(InputError, match="front: no message received yet"):
-        buffer.newest_usable(["front"], now_ns=10, max_age_ns=5)
+        buffer.newest_usable(["front"], now_ns=10, max_age_ns=5, max_future_ns=0)
     buffer.put("front", InputSample(stamp_ns=100, value="image"))
     buffer.put("joint_states", InputSample(stamp_ns=100, error=JointStateError("joint_states: bad")))
     with pytest.raises(JointStateError, match="bad"):
-        buffer.newest_usable(["front", "joint_states"], now_ns=101, max_age_ns=50)
+        buffer.newest_usable(["front", "joint_states"], now_ns=101, max_age_ns=50, max_future_ns=0)
     buffer.put("joint_states", InputSample(stamp_ns=120, value="state"))
-    chosen = buffer.newest_usable(["front", "joint_states"], now_ns=140, max_age_ns=50)
+    chosen = buffer.newest_usable(["front", "joint_states"], now_ns=140, max_age_ns=50, max_future_ns=0)
     assert chosen["front"].value == "image" and chosen["joint_states"].value == "state"
     with pytest.raises(InputError, match=r"front: newest message is 60 ms old \(limit 50 ms\)"):
-        buffer.newest_usable(["front"], now_ns=100 + 60_000_000, max_age_ns=50_000_000)
+        buffer.newest_usable(["front"], now_ns=100 + 60_000_000, max_age_ns=50_000_000, max_future_ns=0)
+
+
+def test_buffer_refuses_inputs_stamped_in_the_future():
+    buffer = InputBuffer(["front"])
+    buffer.put("front", InputSample(stamp_ns=1_000_000_000 + 80_000_000, value="image"))  # 80 ms ahead
+    assert buffer.newest_usable(["front"], now_ns=1_000_000_000, max_age_ns=500_000_000,
+                                max_future_ns=100_000_000)["front"].value == "image"
+    buffer.put("front", InputSample(stamp_ns=1_000_000_000 + 3_600_000_000_000, value="image"))  # an hour ahead
+    with pytest.raises(InputError, match=r"front: newest message is stamped 3600000 ms in the future \(limit 100 ms\)"):
+        buffer.newest_usable(["front"], now_ns=1_000_000_000, max_age_ns=500_000_000, max_future_ns=100_000_000)
 
 
 def test_buffer_finds_samples_stamped_at_a_step():

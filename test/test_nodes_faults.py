@@ -1,5 +1,5 @@
-"""Faults on a free-running composed pi0.5 graph: a camera that stops, NaN joint states, a
-malformed image. No node crashes; the controller holds within one control period of the fault
+"""Faults on a free-running composed pi0.5 graph: a camera that stops, NaN joint states, inputs
+stamped in the future, a malformed image. No node crashes; the controller holds within one control period of the fault
 being seen, says why on /diagnostics, and streams again once the input is good."""
 
 import pytest
@@ -72,6 +72,13 @@ def test_nan_in_joint_states(running_graph, runtime):
     robot, joint = outside.robot, runtime.spec.state_names[3]
     _hold_then_recover(graph, outside, lambda: setattr(robot, "nan_joint", joint),
                        lambda: setattr(robot, "nan_joint", None), f"joint_states: non-finite position: {joint}=nan")
+
+
+def test_inputs_stamped_an_hour_ahead(running_graph, runtime):
+    graph, outside = running_graph
+    robot = outside.robot
+    _hold_then_recover(graph, outside, lambda: setattr(robot, "stamp_offset_ns", 3600 * 10**9),
+                       lambda: setattr(robot, "stamp_offset_ns", 0), "ms in the future (limit 100 ms)")
 
 
 def test_malformed_image(running_graph, runtime):

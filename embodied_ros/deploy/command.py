@@ -18,6 +18,7 @@ NON_FINITE_CHUNK = "action chunk has non-finite values"
 CHUNK_RAN_OUT = "action chunk ran out"
 WAITING_FOR_FRESH_CHUNK = "waiting for a chunk computed after inputs recovered"
 INPUT_STATUS_SILENT = "no input status"
+FUTURE_CHUNK = "action chunk computed from an observation stamped in the future"
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,13 @@ class Command:
 
 
 class CommandLogic:
-    def __init__(self, limits: JointLimits, period_ns: int, blend_ns: int = 0, input_timeout_ns: int = 0):
+    def __init__(self, limits: JointLimits, period_ns: int, blend_ns: int = 0, input_timeout_ns: int = 0,
+                 max_future_ns: int = 100_000_000):
         self.limits = limits
         self.period_ns = period_ns
         self.blend_ns = blend_ns
         self.input_timeout_ns = input_timeout_ns  # 0: do not require an input status
+        self.max_future_ns = max_future_ns  # a chunk stamped further ahead of the clock is refused
         self.chunk: TimedChunk | None = None
         self._blend_from: TimedChunk | None = None
         self._blend_start_ns = 0
@@ -48,6 +51,9 @@ class CommandLogic:
     def accept_chunk(self, chunk: TimedChunk, now_ns: int) -> None:
         if not chunk.is_finite():
             self._chunk_fault = NON_FINITE_CHUNK
+            return
+        if chunk.stamp_ns - now_ns > self.max_future_ns:  # kept, it would also shut out every later chunk
+            self._chunk_fault = f"{FUTURE_CHUNK} ({(chunk.stamp_ns - now_ns) / 1e6:.0f} ms ahead)"
             return
         if self.chunk is not None and chunk.stamp_ns < self.chunk.stamp_ns:
             return  # an older observation arrived late; keep the newer chunk

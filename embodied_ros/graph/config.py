@@ -60,12 +60,15 @@ class InputsConfig:
     state_joints: tuple[str, ...] = _doc("JointState names giving the model's state, in model order; empty: the "
                                          "model's own state names", ())
     max_age_s: float = _doc("an input older than this is stale: the observation is refused and the arm holds", 0.5)
+    max_future_s: float = _doc("an input stamped further ahead of this clock than this (a bad stamp or clock "
+                               "skew) is refused and the arm holds; so is an action chunk", 0.1)
     reliability: str = _doc("QoS reliability of the camera and joint-state subscriptions: best_effort (matches "
                             "every publisher) or reliable", "best_effort")
     mono_max: float = _doc("16-bit and float single-channel images: value shown as white (0: 65535 / 1.0)", 0.0)
 
     def __post_init__(self) -> None:
         _check(self.max_age_s > 0, f"inputs.max_age_s must be positive, got {self.max_age_s}")
+        _check(self.max_future_s >= 0, f"inputs.max_future_s must be >= 0, got {self.max_future_s}")
         _check(self.reliability in RELIABILITIES, f"inputs.reliability must be one of {RELIABILITIES}, "
                                                   f"got {self.reliability!r}")
         _check(self.mono_max >= 0, f"inputs.mono_max must be >= 0, got {self.mono_max}")

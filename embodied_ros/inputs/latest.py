@@ -35,8 +35,10 @@ class InputBuffer:
         samples = self._samples[name]
         return samples[-1] if samples else None
 
-    def newest_usable(self, names: Iterable[str], now_ns: int, max_age_ns: int) -> dict[str, InputSample]:
-        """The newest sample of each input; raises InputError if one is missing, bad or too old."""
+    def newest_usable(self, names: Iterable[str], now_ns: int, max_age_ns: int,
+                      max_future_ns: int) -> dict[str, InputSample]:
+        """The newest sample of each input; raises InputError if one is missing, bad, too old, or
+        stamped ahead of `now_ns` by more than `max_future_ns`."""
         chosen = {}
         for name in names:
             sample = self.latest(name)
@@ -49,6 +51,9 @@ class InputBuffer:
                 raise InputError(
                     f"{name}: newest message is {age_ns / 1e6:.0f} ms old (limit {max_age_ns / 1e6:.0f} ms)"
                 )
+            if -age_ns > max_future_ns:
+                raise InputError(f"{name}: newest message is stamped {-age_ns / 1e6:.0f} ms in the future (limit "
+                                 f"{max_future_ns / 1e6:.0f} ms): a bad stamp, or this clock and the sender's disagree")
             chosen[name] = sample
         return chosen
 

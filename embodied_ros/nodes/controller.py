@@ -188,7 +188,7 @@ class ControllerNode(GraphNode):
         limits = JointLimits.from_lists(len(joint_names), settings.position_lower, settings.position_upper,
                                         settings.max_velocity, joint_names)
         self.logic = CommandLogic(limits, self.period_ns, seconds_to_ns(settings.blend_s),
-                                  seconds_to_ns(settings.input_timeout_s))
+                                  seconds_to_ns(settings.input_timeout_s), seconds_to_ns(self.config.inputs.max_future_s))
         self.selector = JointStateSelector(joint_names)
         self.joint_names = tuple(joint_names)
         if self._status is not None:

@@ -48,6 +48,7 @@ class ObservationNode(GraphNode):
         self.selector = JointStateSelector(state_joints)
         self.conversion = ImageConversion(inputs.mono_max or None)
         self.max_age_ns = seconds_to_ns(inputs.max_age_s)
+        self.max_future_ns = seconds_to_ns(inputs.max_future_s)
         self.buffer = InputBuffer([*(_camera_input(c) for c in self.cameras), JOINT_STATES])
         self.instruction = ""
         self.instruction_error: InputError | None = InputError("instruction: no message received yet")
@@ -105,7 +106,7 @@ class ObservationNode(GraphNode):
     def _on_timer(self) -> None:
         now_ns = self.now_ns()
         try:
-            samples = self.buffer.newest_usable(self.buffer.names, now_ns, self.max_age_ns)
+            samples = self.buffer.newest_usable(self.buffer.names, now_ns, self.max_age_ns, self.max_future_ns)
             observation = self._observation(samples, max(s.stamp_ns for s in samples.values()))
         except InputError as error:
             self._refuse(str(error), step=0, now_ns=now_ns)
