@@ -235,3 +235,24 @@ def test_written_messages_match_the_compiled_package_types(tmp_path):
         writer.write("/embodied/action_chunk", m.ACTION_CHUNK, 2, msg)  # a rosbags message
     with pytest.raises(FileExistsError, match="only ever written new"):
         BagWriter(tmp_path / "out", "mcap")
+
+
+def test_a_message_logged_a_year_away_is_left_out_not_replayed_as_a_year_of_steps(tmp_path):
+    from embodied_ros.replay.steps import plan_steps
+
+    year_ns = 365 * 86400 * 10**9
+    messages = list(episode_messages(CONFIG))
+    joint_state = next(msg for _, topic, _, msg in messages if topic == "/joint_states")
+    with BagWriter(tmp_path / "bag", "mcap") as writer:
+        for stamp, topic, msgtype, msg in messages:
+            writer.write(topic, msgtype, stamp, msg)
+        writer.write("/joint_states", m.JOINT_STATE, messages[-1][0] + year_ns, joint_state)
+        writer.write("/instruction", m.STRING, messages[-1][0] + 2 * year_ns, m.message_class(m.STRING)(data="late"))
+    episode = _read(tmp_path / "bag")
+    assert episode.duration_s < 1.5  # the 1 s episode, not two years
+    assert episode.joint_states.stamps_ns[-1] < messages[-1][0] + 10**9
+    assert all(text != "late" for _, text in episode.instructions)
+    assert any("longest stretch" in note and "1 input message(s) outside it ignored" in note for note in episode.notes)
+    assert len(plan_steps(episode, 0.1)) <= 11
+    whole = _read(tmp_path / "bag", max_gap_s=3 * 365 * 86400.0)  # a gap that long is allowed: nothing left out
+    assert whole.duration_s > 365 * 86400 and not whole.notes

@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config setting, e.g. --set schedule.step_period_s=0.05 (repeatable)")
     parser.add_argument("--max-steps", type=int, help="replay only the first N control steps")
+    parser.add_argument("--max-gap", type=float, default=10.0, metavar="S",
+                        help="where camera frames and joint states fall silent for longer, replay only their "
+                             "longest stretch (noted in the report; default 10)")
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), help="output bag storage (default: as the input)")
     parser.add_argument("--step-timeout", type=float, default=120.0, metavar="S",
                         help="lock-step: longest wait for one step before giving up (default 120)")
@@ -62,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         config = _config(args)
         options = ReplayOptions(mode=args.mode, topic_map=tuple(args.topic_map),
                                 allow_missing_cameras=args.allow_missing_cameras, max_steps=args.max_steps,
+                                max_gap_s=args.max_gap,
                                 storage=args.storage, step_timeout_s=args.step_timeout, speed=args.speed,
                                 progress=args.progress)
         result = replay(args.bag, out, config, options, domain_id=args.domain_id)

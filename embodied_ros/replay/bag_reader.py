@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -121,10 +121,13 @@ def read_episode(
     topic_map: TopicMap,
     *,
     allow_missing_cameras: bool = False,
+    max_gap_s: float = 10.0,
     timeout_s: float = 600.0,
     on_message: Callable[[int], None] | None = None,
 ) -> Episode:
-    """Decode the streams `topic_map` names. `on_message(n_read)` reports progress."""
+    """Decode the streams `topic_map` names. `on_message(n_read)` reports progress. Where the inputs
+    (camera frames, joint states) fall silent for more than `max_gap_s`, only the longest stretch
+    without such a gap is kept (see `_keep_main_stretch`)."""
     path = Path(path)
     reader = _open(path)
     try:
@@ -150,7 +153,7 @@ def read_episode(
             raise
         except Exception as error:
             raise BagError(f"{path}: bag is damaged or truncated ({type(error).__name__}: {error})") from error
-        return _episode(path, reader, collector, topic_map, notes)
+        return _keep_main_stretch(_episode(path, reader, collector, topic_map, notes), round(max_gap_s * 1e9))
     finally:
         reader.close()
 
@@ -207,6 +210,59 @@ def _episode(path: Path, reader, collector: _Collector, topic_map: TopicMap, not
         instructions=tuple(sorted(collector.instructions, key=lambda item: item[0])),
         commands=commands, command_topic=command_topic, notes=tuple(notes),
     )
+
+
+def _keep_main_stretch(episode: Episode, max_gap_ns: int) -> Episode:
+    """The episode cut to its longest stretch of inputs without a silence over `max_gap_ns`; a bag that
+    starts or ends more than that away from this stretch is cut at its first or last input. A message
+    logged with a wrong clock (a year late) would otherwise stretch a few seconds of recording into
+    millions of control steps, or hours of waiting."""
+    streams = [stream.stamps_ns for stream in episode.cameras.values()]
+    if episode.joint_states is not None:
+        streams.append(episode.joint_states.stamps_ns)
+    stamps = np.sort(np.concatenate(streams)) if streams else np.zeros(0, np.int64)
+    if stamps.size == 0:
+        return episode
+    breaks = np.flatnonzero(np.diff(stamps) > max_gap_ns)  # a stretch ends at each break
+    bounds = np.concatenate([[0], breaks + 1, [stamps.size]])
+    longest = int(np.argmax(np.diff(bounds)))
+    first, last = int(stamps[bounds[longest]]), int(stamps[bounds[longest + 1] - 1])
+    start_ns = episode.start_ns if first - episode.start_ns <= max_gap_ns else first
+    end_ns = episode.end_ns if episode.end_ns - last <= max_gap_ns else last
+    if (start_ns, end_ns) == (episode.start_ns, episode.end_ns):
+        return episode
+    notes = list(episode.notes)
+    spans = f"the bag spans {(episode.end_ns - episode.start_ns) / 1e9:.0f} s"
+    if len(bounds) > 2:
+        dropped = stamps.size - (bounds[longest + 1] - bounds[longest])
+        notes.append(f"the inputs fall silent for more than {max_gap_ns / 1e9:g} s ({spans}): replayed only their "
+                     f"longest stretch, {(last - first) / 1e9:.3f} s; {dropped} input message(s) outside it "
+                     "ignored (a clock jump, or messages logged far from the rest?)")
+    else:
+        notes.append(f"{spans}, its inputs {(last - first) / 1e9:.3f} s: replayed only those; messages logged more "
+                     f"than {max_gap_ns / 1e9:g} s away from every input ignored")
+
+    def inside(series: JointSeries | None) -> JointSeries | None:
+        if series is None:
+            return None
+        keep = (series.stamps_ns >= start_ns) & (series.stamps_ns <= end_ns)
+        return replace(series, stamps_ns=series.stamps_ns[keep], positions=series.positions[keep])
+
+    cameras = {}
+    for camera, stream in episode.cameras.items():
+        keep = np.flatnonzero((stream.stamps_ns >= start_ns) & (stream.stamps_ns <= end_ns))
+        if keep.size:
+            cameras[camera] = replace(stream, stamps_ns=stream.stamps_ns[keep],
+                                      frames=tuple(stream.frames[i] for i in keep))
+        else:
+            notes.append(f"camera {camera!r}: no frame inside the replayed stretch")
+    joint_states = inside(episode.joint_states)
+    commands = inside(episode.commands)
+    return replace(episode, start_ns=start_ns, end_ns=end_ns, cameras=cameras,
+                   joint_states=joint_states if joint_states is not None and joint_states.stamps_ns.size else None,
+                   instructions=tuple(item for item in episode.instructions if item[0] <= end_ns),
+                   commands=commands if commands is not None and commands.stamps_ns.size else None,
+                   notes=tuple(notes))
 
 
 def _joint_states(msgs, topic: str) -> JointSeries | None:

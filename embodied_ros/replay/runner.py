@@ -30,6 +30,7 @@ class ReplayOptions:
     mode: str = "lockstep"
     topic_map: tuple[str, ...] = ()  # KEY=TOPIC overrides (see replay.topics)
     allow_missing_cameras: bool = False
+    max_gap_s: float = 10.0  # inputs silent longer than this: only their longest stretch is replayed
     max_steps: int | None = None  # replay only the first steps
     storage: str | None = None  # output bag storage; None: as the input bag
     step_timeout_s: float = 120.0  # lock-step: longest wait for one step (the first includes warm-up)
@@ -40,6 +41,8 @@ class ReplayOptions:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.max_gap_s <= 0:
+            raise ValueError(f"max_gap_s must be positive, got {self.max_gap_s}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if not 0.01 <= self.speed <= 100.0:
@@ -99,7 +102,7 @@ def _read(bag: Path, topic_map: TopicMap, options: ReplayOptions, message_count:
     progress = _progress(options, "reading", total=message_count)
     try:
         return read_episode(bag, topic_map, allow_missing_cameras=options.allow_missing_cameras,
-                            timeout_s=options.read_timeout_s, on_message=lambda n: progress.update(1))
+                            max_gap_s=options.max_gap_s, timeout_s=options.read_timeout_s, on_message=lambda n: progress.update(1))
     finally:
         progress.close()
 
