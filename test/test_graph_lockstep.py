@@ -105,3 +105,25 @@ def test_controller_maps_columns_to_joints_and_applies_limits():
     assert commands[0, 1] == pytest.approx(first_chunk[0, 0])  # arm_a follows column j0 (no previous command)
     assert np.all(commands[:, 0] <= 0.05) and first_chunk[:, 1].min() > 0.05  # arm_b clamped
     assert np.all(np.abs(np.diff(commands[:, 1])) <= 1.0 * 0.02 + 1e-9)  # rate limit of arm_a
+
+
+def test_instructions_are_taken_stripped_or_refused_without_waiting_out_the_step_timeout():
+    from embodied_ros.pipeline.stages import infer
+    from embodied_ros.pipeline.types import Observation
+
+    runtime = FakeRuntime()
+    episode = _episode(runtime, 4)
+    config = load_config(None, {"stages.noise_seed": 5})
+    with LockstepGraph(config, runtime=runtime, domain_id=next_domain(), timeout_s=10) as graph:
+        padded = graph.step(*episode[0], "  open the drawer\n")
+        empty = graph.step(*episode[1], "   ")
+        too_long = graph.step(*episode[2], "x" * 5000)
+        back = graph.step(*episode[3], "open the drawer")
+    images, state = episode[0]
+    observation = Observation(padded.stamp_ns, images, state.astype(np.float32), "open the drawer")
+    expected = infer(runtime, observation, stage_noise(5, "action", 0, runtime.spec.noise_shape))
+    assert padded.input_problem == ""
+    np.testing.assert_allclose(padded.chunk.actions, expected.actions, atol=1e-6)
+    assert "instruction is empty" in empty.input_problem
+    assert "5000 characters" in too_long.input_problem
+    assert back.input_problem == ""

@@ -42,7 +42,9 @@ from embodied_ros.graph.topics import (
     camera_topic, lockstep_qos,
 )
 from embodied_ros.graph.transport import msg_to_chunk
+from embodied_ros.inputs.errors import InputError
 from embodied_ros.inputs.image import array_to_image
+from embodied_ros.inputs.instruction import instruction_from_msg
 from embodied_ros.inputs.stamps import ns_to_time, seconds_to_ns, time_to_ns
 from embodied_ros.msg import ActionChunk, StageTiming
 from embodied_ros.nodes.runtime_cache import acquire_runtime
@@ -72,7 +74,7 @@ class _Inbox:
     chunks: dict[int, ActionChunk] = field(default_factory=dict)
     statuses: dict[int, DiagnosticStatus] = field(default_factory=dict)
     commands: list[StepCommand] = field(default_factory=list)
-    instruction_echo: str = ""
+    instruction_echo: tuple[str, str] | None = None  # the observation node's (instruction, problem) after a message
 
 
 class LockstepGraph:
@@ -196,7 +198,8 @@ class LockstepGraph:
         if "step" in values:
             self.inbox.statuses[int(values["step"])] = msg
         else:
-            self.inbox.instruction_echo = values.get("instruction", "")
+            problem = msg.message if msg.level != DiagnosticStatus.OK else ""
+            self.inbox.instruction_echo = (values.get("instruction", ""), problem)
 
     def _expected_stages(self, step: int) -> list[str]:
         return [name for name in self.node_names if runs_on(step, self.config.schedule.period_of(name))]
@@ -228,11 +231,22 @@ class LockstepGraph:
         return StepOutput(step, stamp_ns, chunk, commands, timings, problem)
 
     def _send_instruction(self, text: str) -> None:
-        """Publish the instruction and wait until the observation node has it, so the step that
-        follows uses it whatever the message timing."""
+        """Publish the instruction and wait until the observation node has taken it (stripped of
+        surrounding whitespace) or refused it (empty, too long: its observations are then refused),
+        so the step that follows sees that state whatever the message timing."""
+        try:
+            expected = (instruction_from_msg(String(data=text), INSTRUCTION), "")
+        except InputError as error:
+            expected = (None, str(error))
+        self.inbox.instruction_echo = None
         self.instruction_publisher.publish(String(data=text))
-        self._spin_until(lambda: self.inbox.instruction_echo == text,
-                         lambda: f"the observation node did not acknowledge the instruction {text!r}")
+
+        def acknowledged() -> bool:
+            echo = self.inbox.instruction_echo
+            return echo is not None and (echo == expected or (expected[0] is None and echo[1] == expected[1]))
+
+        shown = text if len(text) <= 80 else f"{text[:80]}... ({len(text)} characters)"
+        self._spin_until(acknowledged, lambda: f"the observation node did not acknowledge the instruction {shown!r}")
         self._instruction = text
 
     def _joint_state(self, state, stamp_ns: int) -> JointState:
