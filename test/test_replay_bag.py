@@ -256,3 +256,21 @@ def test_a_message_logged_a_year_away_is_left_out_not_replayed_as_a_year_of_step
     assert len(plan_steps(episode, 0.1)) <= 11
     whole = _read(tmp_path / "bag", max_gap_s=3 * 365 * 86400.0)  # a gap that long is allowed: nothing left out
     assert whole.duration_s > 365 * 86400 and not whole.notes
+
+
+@pytest.mark.parametrize("positions", [[], [1.0, 2.0]])
+def test_commands_with_too_few_positions_leave_the_actions_uncompared(tmp_path, positions):
+    point_cls = m.message_class("trajectory_msgs/msg/JointTrajectoryPoint")
+    messages = list(episode_messages(CONFIG))
+    with BagWriter(tmp_path / "bag", "mcap") as writer:
+        for stamp, topic, msgtype, msg in messages:
+            if msgtype == m.JOINT_TRAJECTORY:  # e.g. a velocity-only trajectory: names but no positions
+                msg.points = [point_cls(positions=np.asarray(positions, np.float64), velocities=np.zeros(3),
+                                        accelerations=np.zeros(0), effort=np.zeros(0),
+                                        time_from_start=p.time_from_start) for p in msg.points]
+            writer.write(topic, msgtype, stamp, msg)
+    episode = _read(tmp_path / "bag")
+    assert episode.commands is None and episode.command_topic == ""
+    assert any(note.startswith("recorded commands not compared: ") and f"has {len(positions)} positions per point"
+               in note for note in episode.notes)
+    assert episode.cameras and episode.joint_states is not None  # the rest replays

@@ -218,7 +218,7 @@ def test_replay_of_a_bag_written_by_rosbags_with_its_own_settings(tmp_path):
     assert result.metrics["run"]["chunks"] == 7  # steps at 0, 0.1, ... 0.6 s after the first joint state
     assert result.metrics["bag"]["storage"] == "sqlite3" and result.metrics["partial"] is False
     assert result.metrics["actions"] == {"reference": None, "joint_names": list(JOINTS), "available": False,
-                                         "reason": "the bag has no recorded commands"}
+                                         "reason": "the bag has no usable recorded commands"}
 
 
 def test_non_finite_joint_states_give_a_partial_result_not_a_failure(tmp_path):

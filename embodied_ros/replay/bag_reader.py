@@ -202,7 +202,11 @@ def _episode(path: Path, reader, collector: _Collector, topic_map: TopicMap, not
             notes.append(f"camera {camera!r}: no usable frame on {topic}")
     if not cameras and topic_map.cameras:
         raise BagError(f"{path}: no usable image on any camera topic; {'; '.join(notes)}")
-    commands, command_topic = _commands(collector, topic_map)
+    try:
+        commands, command_topic = _commands(collector, topic_map)
+    except BagError as error:  # the replay itself does not need them: it runs without the comparison
+        commands, command_topic = None, ""
+        notes.append(f"recorded commands not compared: {error}")
     return Episode(
         source=str(path), storage=_storage_of(path),
         start_ns=int(reader.start_time), end_ns=int(reader.end_time),
@@ -292,19 +296,20 @@ def _commands(collector: _Collector, topic_map: TopicMap) -> tuple[JointSeries |
         return None, ""
     names = msgs[0][1]
     topic = topic_map.trajectory if names else topic_map.array
-    width = len(msgs[0][2][0][1])
+    width = len(names) or len(msgs[0][2][0][1])
     schedule: list[tuple[int, np.ndarray]] = []
     for stamp, msg_names, points in msgs:
-        if msg_names and set(msg_names) != set(names):
+        if msg_names and (len(set(msg_names)) != len(msg_names) or set(msg_names) != set(names)):
             raise BagError(f"{topic}: a command at t={stamp} ns names joints {list(msg_names)}, earlier "
-                           f"ones {list(names)}; replay compares one fixed joint set")
+                           f"ones {list(names)}; replay compares one fixed set of distinct joints")
         order = [msg_names.index(n) for n in names] if msg_names else list(range(width))
         while schedule and schedule[-1][0] >= stamp:
             schedule.pop()
         for when, values in points:
             if len(values) != width:
-                raise BagError(f"{topic}: a command at t={stamp} ns has {len(values)} values per point, "
-                               f"earlier ones {width}")
+                hint = " (a trajectory without positions?)" if len(values) == 0 else ""
+                raise BagError(f"{topic}: a command at t={stamp} ns has {len(values)} positions per point for "
+                               f"{width} joints{hint}")
             if not schedule or when > schedule[-1][0]:
                 schedule.append((when, values[order]))
     stamps = np.array([when for when, _ in schedule], dtype=np.int64)

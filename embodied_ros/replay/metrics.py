@@ -78,7 +78,7 @@ def action_errors(chunks: Sequence[PredictedChunk], joint_names: Sequence[str], 
     """
     base = {"reference": reference.topic if reference else None, "joint_names": list(joint_names)}
     if reference is None:
-        return {**base, "available": False, "reason": "the bag has no recorded commands"}
+        return {**base, "available": False, "reason": "the bag has no usable recorded commands"}
     if not chunks:
         return {**base, "available": False, "reason": "no chunk was produced"}
     columns = _reference_columns(joint_names, reference)
