@@ -61,7 +61,7 @@ def test_action_errors_skip_rows_outside_the_recording_and_match_joints_by_name(
 
 def test_action_errors_say_why_they_are_unavailable():
     chunk = PredictedChunk(0, np.zeros((2, 2)), 0.1)
-    assert "no recorded commands" in action_errors([chunk], ("a", "b"), None)["reason"]
+    assert "no usable recorded commands" in action_errors([chunk], ("a", "b"), None)["reason"]
     assert "lacks joints ['c']" in action_errors([chunk], ("a", "c"), _reference())["reason"]
     unnamed = JointSeries("/arr", np.array([0, 10**9]), (), np.zeros((2, 3)))
     assert "3 unnamed values" in action_errors([chunk], ("a", "b"), unnamed)["reason"]
