@@ -36,6 +36,20 @@ def test_nan_position_is_named_with_its_value():
         selector.select(_joint_state(["a", "b"], [0.0, float("nan")]))
 
 
+def test_position_beyond_float32_is_refused_not_turned_into_inf():
+    selector = JointStateSelector(["a", "b"])
+    with pytest.raises(JointStateError, match="position out of range: a=1e"):
+        selector.select(_joint_state(["a", "b"], [1e308, 0.0]))
+
+
+def test_a_joint_named_twice_in_a_message_is_refused():
+    selector = JointStateSelector(["a", "b"])
+    with pytest.raises(JointStateError, match=r"joint\(s\) \['a'\] named more than once"):
+        selector.select(_joint_state(["a", "b", "a"], [1.0, 2.0, 99.0]))
+    np.testing.assert_array_equal(selector.select(_joint_state(["a", "b", "c", "c"], [1.0, 2.0, 3.0, 4.0])),
+                                  [1.0, 2.0])  # a repeated joint the model does not use is left alone
+
+
 def test_names_and_positions_of_different_length_are_rejected():
     msg = JointState(name=["a", "b"], position=[0.0])
     with pytest.raises(JointStateError, match="2 joint names but 1 positions"):

@@ -274,3 +274,24 @@ def test_commands_with_too_few_positions_leave_the_actions_uncompared(tmp_path, 
     assert any(note.startswith("recorded commands not compared: ") and f"has {len(positions)} positions per point"
                in note for note in episode.notes)
     assert episode.cameras and episode.joint_states is not None  # the rest replays
+
+
+def test_malformed_joint_states_are_skipped_and_noted_or_refused_when_all_are(tmp_path):
+    messages = list(episode_messages(CONFIG))
+    joint_stamps = [stamp for stamp, topic, _, _ in messages if topic == "/joint_states"]
+
+    def write(path, broken):
+        with BagWriter(path, "mcap") as writer:
+            for stamp, topic, msgtype, msg in messages:
+                if topic == "/joint_states" and stamp in broken:
+                    msg.name = [*msg.name, msg.name[0]]  # one joint named twice
+                    msg.position = np.append(msg.position, 99.0)
+                writer.write(topic, msgtype, stamp, msg)
+        return path
+
+    episode = _read(write(tmp_path / "some", set(joint_stamps[3:5])))
+    assert len(episode.joint_states.stamps_ns) == len(joint_stamps) - 2
+    assert not np.any(episode.joint_states.positions == 99.0)
+    assert any(note.startswith("/joint_states: skipped 2 malformed message(s)") for note in episode.notes)
+    with pytest.raises(BagError, match="every joint state message is malformed"):
+        _read(write(tmp_path / "all", set(joint_stamps)))

@@ -25,7 +25,8 @@ class JointStateSelector:
         self._cached_index: np.ndarray | None = None
 
     def select(self, msg: JointState, source: str = "joint_states") -> np.ndarray:
-        """(len(joint_names),) float32 positions; raises JointStateError for missing or non-finite ones."""
+        """(len(joint_names),) float32 positions; raises JointStateError for missing, repeated,
+        non-finite or out-of-range (beyond float32) ones."""
         names = tuple(msg.name)
         if len(msg.position) != len(names):
             raise JointStateError(
@@ -33,14 +34,18 @@ class JointStateSelector:
             )
         index = self._index_of(names, source)
         positions = np.asarray(msg.position, dtype=np.float64)[index]
-        bad = ~np.isfinite(positions)
-        if bad.any():
-            listed = ", ".join(f"{self.joint_names[i]}={positions[i]}" for i in np.flatnonzero(bad))
-            raise JointStateError(f"{source}: non-finite position: {listed}")
+        for bad, what in ((~np.isfinite(positions), "non-finite position"),
+                          (np.abs(positions) > np.finfo(np.float32).max, "position out of range")):
+            if bad.any():
+                listed = ", ".join(f"{self.joint_names[i]}={positions[i]}" for i in np.flatnonzero(bad))
+                raise JointStateError(f"{source}: {what}: {listed}")
         return positions.astype(np.float32)
 
     def _index_of(self, names: tuple[str, ...], source: str) -> np.ndarray:
         if names != self._cached_names:
+            repeated = sorted({n for n in names if names.count(n) > 1} & set(self.joint_names))
+            if repeated:
+                raise JointStateError(f"{source}: joint(s) {repeated} named more than once; which position holds?")
             where = {name: i for i, name in enumerate(names)}
             missing = [n for n in self.joint_names if n not in where]
             if missing:

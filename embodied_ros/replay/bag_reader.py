@@ -207,10 +207,11 @@ def _episode(path: Path, reader, collector: _Collector, topic_map: TopicMap, not
     except BagError as error:  # the replay itself does not need them: it runs without the comparison
         commands, command_topic = None, ""
         notes.append(f"recorded commands not compared: {error}")
+    joint_states = _joint_states(collector.joint_msgs, topic_map.joint_states, notes)
     return Episode(
         source=str(path), storage=_storage_of(path),
         start_ns=int(reader.start_time), end_ns=int(reader.end_time),
-        cameras=cameras, joint_states=_joint_states(collector.joint_msgs, topic_map.joint_states),
+        cameras=cameras, joint_states=joint_states,
         instructions=tuple(sorted(collector.instructions, key=lambda item: item[0])),
         commands=commands, command_topic=command_topic, notes=tuple(notes),
     )
@@ -269,8 +270,19 @@ def _keep_main_stretch(episode: Episode, max_gap_ns: int) -> Episode:
                    notes=tuple(notes))
 
 
-def _joint_states(msgs, topic: str) -> JointSeries | None:
-    """Messages may each carry a subset of the joints: columns = every name seen, values carried forward."""
+def _joint_states(msgs, topic: str, notes: list[str]) -> JointSeries | None:
+    """Messages may each carry a subset of the joints: columns = every name seen, values carried forward.
+    A message whose names and positions differ in number, or that names a joint twice, is skipped (noted)."""
+    malformed = [(stamp, names, values) for stamp, names, values in msgs
+                 if len(names) != len(values) or len(set(names)) != len(names)]
+    if malformed:
+        stamp, names, values = malformed[0]
+        what = (f"first t={stamp} ns: {len(names)} joint names, {len(values)} positions, "
+                f"{len(set(names))} distinct names")
+        if len(malformed) == len(msgs):
+            raise BagError(f"{topic}: every joint state message is malformed, {what}")
+        notes.append(f"{topic}: skipped {len(malformed)} malformed message(s), {what}")
+        msgs = [msg for msg in msgs if len(msg[1]) == len(msg[2]) and len(set(msg[1])) == len(msg[1])]
     if not msgs:
         return None
     msgs = sorted(msgs, key=lambda item: item[0])

@@ -79,15 +79,20 @@ class StateSelector:
         self.columns = [joints.names.index(n) for n in self.state_names]
 
     def state(self, episode: Episode, step: ReplayStep) -> np.ndarray | None:
-        """(state_dim,) float32 in model order. Non-finite values (recorded NaN, or a joint whose publisher
-        has not spoken yet) are passed on: the graph refuses that observation as it would live."""
+        """(state_dim,) float64 as recorded, in model order. Non-finite or out-of-range values (recorded
+        NaN, a joint whose publisher has not spoken yet) are passed on: the graph refuses that
+        observation as it would live."""
         if self.columns is None:
             return None
-        return episode.joint_states.positions[step.joint_index, self.columns].astype(np.float32)
+        return episode.joint_states.positions[step.joint_index, self.columns]
 
 
 def observation_at(episode: Episode, step: ReplayStep, selector: StateSelector, stamp_ns: int) -> Observation:
     """The observation of `step`, stamped `stamp_ns` (the graph's time for that step)."""
     images = {camera: episode.cameras[camera].frames[i] for camera, i in step.frames.items()}
-    return Observation(stamp_ns=stamp_ns, images=images, state=selector.state(episode, step),
+    state = selector.state(episode, step)
+    if state is not None:
+        with np.errstate(over="ignore"):  # beyond float32: inf, which the runtime refuses
+            state = state.astype(np.float32)
+    return Observation(stamp_ns=stamp_ns, images=images, state=state,
                        instruction=step.instruction)
