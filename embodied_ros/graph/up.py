@@ -4,6 +4,8 @@ print a live summary, and return a final report with rates, latencies and the co
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
@@ -87,17 +89,31 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         ran_s = time.monotonic() - started
         exited = graph.exited() if isinstance(graph, SeparateGraph) else {}
     finally:
-        if graph is not None:
-            graph.stop()
-        nodes = outside.get_nodes()
-        spinner.stop()
-        for node in nodes:
-            node.destroy_node()
-        rclpy.try_shutdown(context=context)
+        with _interrupts_ignored():  # a second Ctrl-C here would abandon nodes mid-teardown (abort at exit)
+            if graph is not None:
+                graph.stop()
+            nodes = outside.get_nodes()
+            spinner.stop()
+            for node in nodes:
+                node.destroy_node()
+            rclpy.try_shutdown(context=context)
     # the tables cover the run announced by "graph up", not the start-up before it
     return UpReport(config.layout, config.bundle, ran_s, first_chunk_s, monitor.stage_summary(started),
                     monitor.command_summary(int(started * 1e9)), dict(monitor.hold_reasons), exited,
                     monitor.input_problem)
+
+
+@contextlib.contextmanager
+def _interrupts_ignored():
+    """SIGINT ignored within the block (main thread only; elsewhere signals cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
 def _start_graph(config, runtime, context, namespace, remaps, domain_id):
