@@ -8,6 +8,8 @@ callback that raises is logged with its traceback and the thread keeps spinning.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
 import traceback
 
@@ -71,3 +73,16 @@ class PeriodicThread:
     def _loop(self) -> None:
         while not self._stopped.wait(self.period_s):
             self.callback()
+
+
+@contextlib.contextmanager
+def interrupts_ignored():
+    """SIGINT ignored within the block (main thread only; elsewhere signals cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)

@@ -4,8 +4,6 @@ print a live summary, and return a final report with rates, latencies and the co
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
@@ -20,7 +18,7 @@ from embodied_ros.graph.monitor import GraphMonitor
 from embodied_ros.graph.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_until_active
-from embodied_ros.graph.spinning import SpinThread
+from embodied_ros.graph.spinning import SpinThread, interrupts_ignored
 from embodied_ros.nodes.controller import WAITING_FOR_FIRST_CHUNK
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.nodes.synthetic import SyntheticRobot
@@ -89,7 +87,7 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         ran_s = time.monotonic() - started
         exited = graph.exited() if isinstance(graph, SeparateGraph) else {}
     finally:
-        with _interrupts_ignored():  # a second Ctrl-C here would abandon nodes mid-teardown (abort at exit)
+        with interrupts_ignored():  # a second Ctrl-C here would abandon nodes mid-teardown (abort at exit)
             if graph is not None:
                 graph.stop()
             nodes = outside.get_nodes()
@@ -101,19 +99,6 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
     return UpReport(config.layout, config.bundle, ran_s, first_chunk_s, monitor.stage_summary(started),
                     monitor.command_summary(int(started * 1e9)), dict(monitor.hold_reasons), exited,
                     monitor.input_problem)
-
-
-@contextlib.contextmanager
-def _interrupts_ignored():
-    """SIGINT ignored within the block (main thread only; elsewhere signals cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
 def _start_graph(config, runtime, context, namespace, remaps, domain_id):

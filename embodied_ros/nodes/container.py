@@ -19,6 +19,7 @@ from rclpy.utilities import remove_ros_args
 from embodied_ros.graph.composed import ComposedGraph
 from embodied_ros.graph.config import load_config
 from embodied_ros.graph.paths import default_config
+from embodied_ros.graph.spinning import interrupts_ignored
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
@@ -47,8 +48,9 @@ def main(args=None) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        graph.stop()
-        rclpy.try_shutdown()
+        with interrupts_ignored():  # launch's SIGINT, then its escalation, must not cut the teardown short
+            graph.stop()
+            rclpy.try_shutdown()
 
 
 if __name__ == "__main__":
