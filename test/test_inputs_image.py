@@ -77,10 +77,11 @@ def test_rgb8_with_row_padding_drops_the_padding(rng):
     assert rgb.flags.c_contiguous
 
 
-def test_32fc1_with_nan_is_converted_without_error():
-    depth = np.array([[0.0, 0.5, np.nan, 2.0]], dtype=np.float32)
-    rgb = image_to_rgb8(array_to_image(depth, "32FC1"))
-    np.testing.assert_array_equal(rgb[0, :, 0], [0, 128, 0, 255])
+def test_32fc1_with_nan_inf_and_huge_values_is_converted_without_error():
+    depth = np.array([[0.0, 0.5, np.nan, 2.0, np.inf, -np.inf, 1e38, -1e38]], dtype=np.float32)
+    with np.errstate(all="raise"):  # no overflow on the way
+        rgb = image_to_rgb8(array_to_image(depth, "32FC1"))
+    np.testing.assert_array_equal(rgb[0, :, 0], [0, 128, 0, 255, 255, 0, 255, 0])
 
 
 def test_wrong_size_for_its_encoding_is_a_clear_error(rng):

@@ -147,3 +147,13 @@ def test_prefix_layout_rules():
     assert prefix.attention_bias(np.ones(4, bool)) is None
     bias = prefix.attention_bias(pad)
     assert bias[0, 1] == 0 and bias[0, 2] < -1e38
+
+
+def test_resize_with_pad_keeps_a_row_of_a_very_thin_image():
+    from embodied_ros.sequence.images import resize_with_pad
+
+    thin = np.ones((3, 1, 2000), np.float32)
+    with np.errstate(all="raise"):
+        out = resize_with_pad(thin, 224)
+    assert out.shape == (3, 224, 224)
+    assert out.sum() > 0  # the image's one row is there, not all padding

@@ -118,5 +118,5 @@ def _mono_to_uint8(pixels: np.ndarray, conversion: ImageConversion) -> np.ndarra
         return pixels
     default_max = 1.0 if pixels.dtype.kind == "f" else float(np.iinfo(pixels.dtype).max)
     top = conversion.mono_max or default_max
-    scaled = np.clip(np.nan_to_num(pixels.astype(np.float32), nan=0.0) * (255.0 / top), 0.0, 255.0)
-    return np.rint(scaled).astype(np.uint8)
+    values = np.nan_to_num(pixels.astype(np.float32), nan=0.0, posinf=top, neginf=0.0)
+    return np.rint(np.clip(values, 0.0, top) * np.float32(255.0 / top)).astype(np.uint8)

@@ -47,7 +47,7 @@ def resize_with_pad(image: np.ndarray, size: int) -> np.ndarray:
     if (height, width) == (size, size):
         return image
     ratio = max(width / size, height / size)
-    new_height, new_width = int(height / ratio), int(width / ratio)
+    new_height, new_width = max(1, int(height / ratio)), max(1, int(width / ratio))  # a 1 x 2000 image keeps a row
     resized = np.clip(resize_bilinear(image, new_height, new_width), 0.0, 1.0)
     pad_top, pad_left = (size - new_height) // 2, (size - new_width) // 2
     out = np.zeros((image.shape[0], size, size), dtype=np.float32)
