@@ -172,6 +172,14 @@ def test_truncated_bag_fails_fast_with_a_clear_error(tmp_path, storage):
         _read(bag)
 
 
+def test_garbled_metadata_is_a_one_line_error(tmp_path):
+    bag = write_episode(tmp_path / "bag", CONFIG, "mcap")
+    (bag / "metadata.yaml").write_text("rosbag2_bagfile_information: [1, 2\n")
+    with pytest.raises(BagError, match="cannot open as a rosbag2 bag") as raised:
+        _read(bag)
+    assert "\n" not in str(raised.value)
+
+
 def test_bag_without_metadata_points_at_its_storage_file(tmp_path):
     bag = write_episode(tmp_path / "bag", CONFIG, "mcap")
     (bag / "metadata.yaml").unlink()

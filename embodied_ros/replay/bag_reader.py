@@ -45,7 +45,8 @@ def _open(path: Path):
         reader = Reader(path)
         reader.open()
     except Exception as error:  # rosbags raises many kinds on damaged files: wrap them all
-        raise BagError(f"{path}: cannot open as a rosbag2 bag ({type(error).__name__}: {error}); "
+        reason = " ".join(str(error).split())  # one line (a YAML parser's message spans several)
+        raise BagError(f"{path}: cannot open as a rosbag2 bag ({type(error).__name__}: {reason}); "
                        "it is damaged, truncated or still being recorded (an MCAP file without its "
                        "summary can be repaired with `ros2 bag reindex`)") from error
     return reader
