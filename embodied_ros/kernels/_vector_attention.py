@@ -89,29 +89,35 @@ def _pack_head(parts, head, width, key_panels, value_panels):  # pragma: no cove
 
 
 @jit(inline="always")
+def softmax_numerators(row, scale, bias, bias_row, key_bias):  # pragma: no cover - compiled
+    """row of raw dot products -> exp(s * scale + bias[bias_row] + key_bias - max) in place; returns
+    1 / their sum (the caller scales the weighted sum instead of the longer row). bias [Tq, Tk] and
+    key_bias [Tk] may be empty. Without a bias the scale moves into the exponent: max(s * scale) =
+    max(s) * scale for scale > 0, which saves a pass over the row."""
+    factor = scale
+    if bias.shape[0] or key_bias.shape[0]:
+        for j in range(row.shape[0]):
+            s = row[j] * scale
+            if bias.shape[0]:
+                s += bias[bias_row, j]
+            if key_bias.shape[0]:
+                s += key_bias[j]
+            row[j] = s
+        factor = np.float32(1.0)
+    top = row_max(row)
+    total = np.float32(0.0)
+    for j in range(row.shape[0]):
+        e = exp_f32((row[j] - top) * factor)
+        row[j] = e
+        total += e
+    return np.float32(1.0) / total
+
+
+@jit(inline="always")
 def _softmax_rows(scores, rows, n_keys, scale, bias, key_bias, first_row, group, inv_totals):  # pragma: no cover
-    # scores[:rows, :n_keys] -> exp(s * scale + bias - max) in place; 1 / sum into inv_totals[:rows]
+    # scores[:rows, :n_keys] -> softmax numerators in place; 1 / sum into inv_totals[:rows]
     for r in range(rows):
-        row = scores[r, :n_keys]
-        if bias.shape[0] or key_bias.shape[0]:
-            query = (first_row + r) // group
-            for j in range(n_keys):
-                s = row[j] * scale
-                if bias.shape[0]:
-                    s += bias[query, j]
-                if key_bias.shape[0]:
-                    s += key_bias[j]
-                row[j] = s
-            factor = np.float32(1.0)
-        else:
-            factor = scale  # max(s * scale) = max(s) * scale for scale > 0: one pass fewer
-        top = row_max(row)
-        total = np.float32(0.0)
-        for j in range(n_keys):
-            e = exp_f32((row[j] - top) * factor)
-            row[j] = e
-            total += e
-        inv_totals[r] = np.float32(1.0) / total
+        inv_totals[r] = softmax_numerators(scores[r, :n_keys], scale, bias, (first_row + r) // group, key_bias)
 
 
 @jit(inline="always")

@@ -28,8 +28,7 @@ import numpy as np
 
 from embodied_ros.kernels import _vector_attention
 from embodied_ros.kernels._jit import jit, vector_units_available
-from embodied_ros.kernels._vector_attention import row_max
-from embodied_ros.kernels._vector_math import exp_f32
+from embodied_ros.kernels._vector_attention import softmax_numerators
 from embodied_ros.kernels.registry import kernel, reference
 
 MASKED = np.float32(-2.3819763e38)  # the additive mask value of the reference (finite, not -inf)
@@ -111,32 +110,12 @@ _FAST = {"reassoc", "contract"}
 
 @jit(fastmath=_FAST)
 def _softmax_numerators(scores, scale, bias, bias_row_stride, key_bias, inv_totals):  # pragma: no cover
-    # scores: [G, R, Tk] raw dot products -> exp(s - max) in place, and 1 / sum of each row into
-    # inv_totals [G, R]: the caller scales the weighted sum's rows instead of these longer ones.
-    # Row r of each group reads bias[r // bias_row_stride] ([Tq, Tk], or [0, 0] for none) and
-    # key_bias ([Tk], or [0]). Without a bias the scale moves into the exponent: max(s * scale) =
-    # max(s) * scale for scale > 0, which saves a pass over the row.
-    groups, rows, keys = scores.shape
+    # scores: [G, R, Tk] raw dot products -> softmax numerators in place, 1 / sum of each row into
+    # inv_totals [G, R]; row r of each group reads bias[r // bias_row_stride] ([Tq, Tk], or [0, 0])
+    groups, rows, _ = scores.shape
     for g in range(groups):
         for r in range(rows):
-            row = scores[g, r]
-            factor = scale
-            if bias.shape[0] or key_bias.shape[0]:
-                for j in range(keys):
-                    s = row[j] * scale
-                    if bias.shape[0]:
-                        s += bias[r // bias_row_stride, j]
-                    if key_bias.shape[0]:
-                        s += key_bias[j]
-                    row[j] = s
-                factor = np.float32(1.0)
-            top = row_max(row)
-            total = np.float32(0.0)
-            for j in range(keys):
-                e = exp_f32((row[j] - top) * factor)
-                row[j] = e
-                total += e
-            inv_totals[g, r] = np.float32(1.0) / total
+            inv_totals[g, r] = softmax_numerators(scores[g, r], scale, bias, r // bias_row_stride, key_bias)
 
 
 _NO_BIAS_2D = np.zeros((0, 0), np.float32)
