@@ -235,15 +235,15 @@ class LockstepGraph:
         surrounding whitespace) or refused it (empty, too long: its observations are then refused),
         so the step that follows sees that state whatever the message timing."""
         try:
-            expected = (instruction_from_msg(String(data=text), INSTRUCTION), "")
+            taken, problem = instruction_from_msg(String(data=text), INSTRUCTION), ""
         except InputError as error:
-            expected = (None, str(error))
+            taken, problem = None, str(error)  # refused: the node keeps its previous instruction
         self.inbox.instruction_echo = None
         self.instruction_publisher.publish(String(data=text))
 
         def acknowledged() -> bool:
             echo = self.inbox.instruction_echo
-            return echo is not None and (echo == expected or (expected[0] is None and echo[1] == expected[1]))
+            return echo is not None and echo[1] == problem and (taken is None or echo[0] == taken)
 
         shown = text if len(text) <= 80 else f"{text[:80]}... ({len(text)} characters)"
         self._spin_until(acknowledged, lambda: f"the observation node did not acknowledge the instruction {shown!r}")

@@ -248,15 +248,18 @@ def _keep_main_stretch(episode: Episode, max_gap_ns: int) -> Episode:
         notes.append(f"{spans}, its inputs {(last - first) / 1e9:.3f} s: replayed only those; messages logged more "
                      f"than {max_gap_ns / 1e9:g} s away from every input ignored")
 
+    def kept(stamps: np.ndarray) -> np.ndarray:
+        return np.flatnonzero((stamps >= start_ns) & (stamps <= end_ns))
+
     def inside(series: JointSeries | None) -> JointSeries | None:
         if series is None:
             return None
-        keep = (series.stamps_ns >= start_ns) & (series.stamps_ns <= end_ns)
+        keep = kept(series.stamps_ns)
         return replace(series, stamps_ns=series.stamps_ns[keep], positions=series.positions[keep])
 
     cameras = {}
     for camera, stream in episode.cameras.items():
-        keep = np.flatnonzero((stream.stamps_ns >= start_ns) & (stream.stamps_ns <= end_ns))
+        keep = kept(stream.stamps_ns)
         if keep.size:
             cameras[camera] = replace(stream, stamps_ns=stream.stamps_ns[keep],
                                       frames=tuple(stream.frames[i] for i in keep))
@@ -274,16 +277,18 @@ def _keep_main_stretch(episode: Episode, max_gap_ns: int) -> Episode:
 def _joint_states(msgs, topic: str, notes: list[str]) -> JointSeries | None:
     """Messages may each carry a subset of the joints: columns = every name seen, values carried forward.
     A message whose names and positions differ in number, or that names a joint twice, is skipped (noted)."""
-    malformed = [(stamp, names, values) for stamp, names, values in msgs
-                 if len(names) != len(values) or len(set(names)) != len(names)]
+    well_formed, malformed = [], []
+    for msg in msgs:
+        _, names, values = msg
+        (well_formed if len(names) == len(values) == len(set(names)) else malformed).append(msg)
     if malformed:
         stamp, names, values = malformed[0]
         what = (f"first t={stamp} ns: {len(names)} joint names, {len(values)} positions, "
                 f"{len(set(names))} distinct names")
-        if len(malformed) == len(msgs):
+        if not well_formed:
             raise BagError(f"{topic}: every joint state message is malformed, {what}")
         notes.append(f"{topic}: skipped {len(malformed)} malformed message(s), {what}")
-        msgs = [msg for msg in msgs if len(msg[1]) == len(msg[2]) and len(set(msg[1])) == len(msg[1])]
+    msgs = well_formed
     if not msgs:
         return None
     msgs = sorted(msgs, key=lambda item: item[0])
