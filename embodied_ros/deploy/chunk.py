@@ -24,9 +24,6 @@ class TimedChunk:
         """Time of the last row; after it the chunk has run out."""
         return self.stamp_ns + self.positions.shape[0] * self.period_ns
 
-    def is_finite(self) -> bool:
-        return bool(np.isfinite(self.positions).all())
-
     def sample(self, t_ns: int) -> np.ndarray | None:
         """Targets at `t_ns`, linear between rows; row 0 before its time; None once the chunk ran out."""
         if t_ns > self.end_ns:

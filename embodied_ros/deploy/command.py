@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from embodied_ros.deploy.chunk import TimedChunk
-from embodied_ros.deploy.limits import JointLimits
+from embodied_ros.deploy.limits import JointLimits, chunk_violation
+from embodied_ros.deploy.ramp import StartRamp
 
 WAITING_FOR_CHUNK = "waiting for the first action chunk"
-NON_FINITE_CHUNK = "action chunk has non-finite values"
+WAITING_FOR_JOINT_STATE = "waiting for a joint state to ramp from"
 CHUNK_RAN_OUT = "action chunk ran out"
 WAITING_FOR_FRESH_CHUNK = "waiting for a chunk computed after inputs recovered"
 INPUT_STATUS_SILENT = "no input status"
@@ -32,7 +33,7 @@ class Command:
 
 class CommandLogic:
     def __init__(self, limits: JointLimits, period_ns: int, blend_ns: int = 0, input_timeout_ns: int = 0,
-                 max_future_ns: int = 100_000_000):
+                 max_future_ns: int = 100_000_000, ramp_s: float = 0.0, ramp_max_velocity: float = 0.0):
         self.limits = limits
         self.period_ns = period_ns
         self.blend_ns = blend_ns
@@ -45,18 +46,28 @@ class CommandLogic:
         self._input_fault = ""
         self._input_seen_ns: int | None = None
         self._fresh_after_ns: int | None = None  # after an input fault, chunks must be newer than this
+        self.ramp_s = ramp_s  # start-up ramp: shortest duration (0 and no ramp_max_velocity: no ramp)
+        self.ramp_max_velocity = ramp_max_velocity  # start-up ramp: units per second, 0: no speed bound
+        self._starting = True  # the next streamed command starts the start-up ramp
+        self._ramp: StartRamp | None = None
         self._measured: np.ndarray | None = None
         self._last: np.ndarray | None = None
 
+    @property
+    def ramps(self) -> bool:
+        return self.ramp_s > 0 or self.ramp_max_velocity > 0
+
     def accept_chunk(self, chunk: TimedChunk, now_ns: int) -> None:
-        if not chunk.is_finite():
-            self._chunk_fault = NON_FINITE_CHUNK
-            return
+        """Take the chunk, or refuse it (and hold) when it breaks a limit; an older one is ignored."""
         if chunk.stamp_ns - now_ns > self.max_future_ns:  # kept, it would also shut out every later chunk
             self._chunk_fault = f"{FUTURE_CHUNK} ({(chunk.stamp_ns - now_ns) / 1e6:.0f} ms ahead)"
             return
         if self.chunk is not None and chunk.stamp_ns < self.chunk.stamp_ns:
             return  # an older observation arrived late; keep the newer chunk
+        violation = chunk_violation(self.limits, chunk.positions, chunk.period_ns / 1e9, self._measured)
+        if violation:  # kept out, so the next good chunk is taken at once
+            self._chunk_fault = violation
+            return
         self._chunk_fault = ""
         if self.blend_ns > 0 and self.chunk is not None:
             self._blend_from, self._blend_start_ns = self.chunk, now_ns
@@ -86,14 +97,18 @@ class CommandLogic:
             return WAITING_FOR_FRESH_CHUNK
         if t_ns > self.chunk.end_ns:
             return CHUNK_RAN_OUT
+        if self._starting and self.ramps and self._measured is None:
+            return WAITING_FOR_JOINT_STATE
         return ""
 
     def tick(self, t_ns: int) -> Command | None:
         """The command for instant `t_ns`; None when holding with no known position to hold."""
         reason = self.hold_reason(t_ns)
         if reason:
+            if self._ramp is not None:  # the start was cut short: start again from where the arm is then
+                self._ramp, self._starting = None, True
             return self.hold(t_ns, reason)
-        target = self._blended_target(t_ns)
+        target = self._ramped(t_ns, self._blended_target(t_ns))
         previous = self._last if self._last is not None else self._measured
         positions, limited = self.limits.apply(target, previous, self.period_ns / 1e9)
         self._last = positions
@@ -105,6 +120,22 @@ class CommandLogic:
         if hold is None:
             return None
         return Command(t_ns, hold.copy(), holding=True, reason=reason, limited=False)
+
+    def restart(self) -> None:
+        """Start again as at start-up (after a deactivation): from the measured position, with a ramp."""
+        self._starting, self._ramp, self._last = True, None, None
+
+    def _ramped(self, t_ns: int, target: np.ndarray) -> np.ndarray:
+        if self._starting:
+            self._starting = False
+            if self.ramps:
+                self._ramp = StartRamp.towards(self._measured, target, t_ns, self.ramp_s, self.ramp_max_velocity)
+        if self._ramp is None:
+            return target
+        if t_ns >= self._ramp.end_ns:
+            self._ramp = None
+            return target
+        return self._ramp.target(t_ns, target)
 
     def _blended_target(self, t_ns: int) -> np.ndarray:
         target = self.chunk.sample(t_ns)

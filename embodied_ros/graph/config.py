@@ -91,9 +91,22 @@ class ControllerConfig:
                        "controller)", "joint_trajectory")
     joints: tuple[str, ...] = _doc("robot joints to command, in output order; empty: the chunk's joint names", ())
     action_columns: tuple[str, ...] = _doc("action column driving each joint; empty: same names as joints", ())
-    position_lower: tuple[float, ...] = _doc("per-joint lower position limits; empty: none", ())
-    position_upper: tuple[float, ...] = _doc("per-joint upper position limits; empty: none", ())
-    max_velocity: tuple[float, ...] = _doc("per-joint rate limits, units per second; empty: none", ())
+    position_lower: tuple[float, ...] = _doc("per-joint lower position limits: a chunk reaching below is refused "
+                                             "and the arm holds; every command is clamped; empty: none", ())
+    position_upper: tuple[float, ...] = _doc("per-joint upper position limits: a chunk reaching above is refused "
+                                             "and the arm holds; every command is clamped; empty: none", ())
+    max_velocity: tuple[float, ...] = _doc("per-joint velocity limits, units per second: a chunk moving faster "
+                                           "row to row is refused and the arm holds; every command is "
+                                           "rate-limited; empty: none", ())
+    max_jump: tuple[float, ...] = _doc("per-joint jump limits: a chunk whose first row is further than this from "
+                                       "the joint state, or whose rows step further, is refused and the arm holds; "
+                                       "empty: none", ())
+    ramp_s: float = _doc("start-up ramp: move from the measured position into the first chunk over at least this "
+                         "long, seconds (0 and no ramp_max_velocity: no ramp, the first command is the chunk's)", 1.0)
+    ramp_max_velocity: float = _doc("start-up ramp: lengthen it so no joint moves to the first command faster than "
+                                    "this, units per second (0: no speed bound)", 0.0)
+    dry_run: bool = _doc("publish the commands on embodied/command_preview only, never on the command topic "
+                         "(the arm does not move)", False)
     blend_s: float = _doc("blend a new chunk into the executing one over this time (0: switch at once)", 0.0)
     input_timeout_s: float = _doc("hold when no input status has arrived for this long (0: do not watch)", 0.5)
 
@@ -104,7 +117,9 @@ class ControllerConfig:
         _check(self.output in OUTPUTS, f"controller.output must be one of {OUTPUTS}, got {self.output!r}")
         _check(self.blend_s >= 0, f"controller.blend_s must be >= 0, got {self.blend_s}")
         _check(self.input_timeout_s >= 0, f"controller.input_timeout_s must be >= 0, got {self.input_timeout_s}")
-        for name in ("action_columns", "position_lower", "position_upper", "max_velocity"):
+        _check(self.ramp_s >= 0, f"controller.ramp_s must be >= 0, got {self.ramp_s}")
+        _check(self.ramp_max_velocity >= 0, f"controller.ramp_max_velocity must be >= 0, got {self.ramp_max_velocity}")
+        for name in ("action_columns", "position_lower", "position_upper", "max_velocity", "max_jump"):
             values = getattr(self, name)
             _check(not values or len(values) == len(self.joints),
                    f"controller.{name} has {len(values)} values for {len(self.joints)} joints {list(self.joints)}")

@@ -14,7 +14,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.graph.stats import percentiles, reason_kind
-from embodied_ros.graph.topics import COMMAND_TOPICS, DIAGNOSTICS, TIMING
+from embodied_ros.graph.topics import DIAGNOSTICS, TIMING, command_topic
 from embodied_ros.inputs.stamps import time_to_ns
 from embodied_ros.msg import StageTiming
 
@@ -22,7 +22,7 @@ STAGE_ORDER = ("observation", "perception", "prefix", "world", "action")
 
 
 class GraphMonitor(Node):
-    def __init__(self, command_rate_hz: float, output: str, **node_kwargs):
+    def __init__(self, command_rate_hz: float, output: str, dry_run: bool = False, **node_kwargs):
         super().__init__("graph_monitor", **node_kwargs)
         self.period_ms = 1e3 / command_rate_hz
         self.lock = threading.Lock()
@@ -35,7 +35,7 @@ class GraphMonitor(Node):
         self.create_subscription(StageTiming, TIMING, self._on_timing, 200)
         self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 50)
         message_type = JointTrajectory if output == "joint_trajectory" else Float64MultiArray
-        self.create_subscription(message_type, COMMAND_TOPICS[output], self._on_command, 100)
+        self.create_subscription(message_type, command_topic(output, dry_run), self._on_command, 100)
 
     def _on_timing(self, msg: StageTiming) -> None:
         if msg.sequence > 0:

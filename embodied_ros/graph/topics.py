@@ -17,6 +17,12 @@ COMMAND_TOPICS = {
     "joint_trajectory": "joint_trajectory_controller/joint_trajectory",
     "float64_multi_array": "forward_position_controller/commands",
 }
+COMMAND_PREVIEW = "embodied/command_preview"  # the commands of a dry run, in place of the command topic
+
+
+def command_topic(output: str, dry_run: bool) -> str:
+    """Where the controller publishes its commands: the output's topic, or the preview topic in a dry run."""
+    return COMMAND_PREVIEW if dry_run else COMMAND_TOPICS[output]
 
 
 def camera_topic(camera: str) -> str:

@@ -60,7 +60,8 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         context = Context()
         rclpy.init(context=context, domain_id=domain_id)
         node_kwargs = dict(context=context, namespace=namespace)
-        monitor = GraphMonitor(config.controller.rate_hz, config.controller.output, **node_kwargs)
+        monitor = GraphMonitor(config.controller.rate_hz, config.controller.output, config.controller.dry_run,
+                               **node_kwargs)
     outside = SingleThreadedExecutor(context=context)
     outside.add_node(monitor)
     if synthetic:

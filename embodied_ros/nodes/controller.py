@@ -1,8 +1,9 @@
 """Controller node (layer 5 as a node): streams the newest action chunk to the arm at the actuator rate.
 
 Commands go to a JointTrajectoryController (one-point JointTrajectory reached one period later)
-or a forward command controller (Float64MultiArray). It holds, and says why on /diagnostics at
-once, when the inputs are bad or stale, the chunk runs out or carries non-finite values.
+or a forward command controller (Float64MultiArray); in a dry run on embodied/command_preview only.
+It holds, and says why on /diagnostics at once, when the inputs are bad or stale, the chunk runs out
+or breaks a limit (deploy/limits.py). It starts with a ramp from the measured position (deploy/ramp.py).
 Every command is also published on embodied/commanded as a JointState stamped with its tick.
 Lock-step, step k's commands are the ticks in [t_k, t_k+1), computed when step k's chunk and
 input status are in; its StageTiming `sequence` counts the commands sent so far.
@@ -23,7 +24,8 @@ from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_ar
 from embodied_ros.graph.schedule import LockstepGate
 from embodied_ros.graph.stats import PeriodStats, diagnostic_status, reason_kind, status_values
 from embodied_ros.graph.topics import (
-    ACTION_CHUNK, COMMAND_TOPICS, COMMANDED, INPUT_STATUS, JOINT_STATES, command_qos, sensor_qos, stage_qos, status_qos,
+    ACTION_CHUNK, COMMANDED, INPUT_STATUS, JOINT_STATES, command_qos, command_topic, sensor_qos, stage_qos,
+    status_qos,
 )
 from embodied_ros.graph.transport import msg_to_chunk
 from embodied_ros.inputs import InputError, JointStateSelector
@@ -65,8 +67,8 @@ class ControllerNode(GraphNode):
                        sensor_qos(self.config.inputs.reliability, self.lockstep))
         self.subscribe(DiagnosticStatus, INPUT_STATUS, self._on_status, status_qos(self.lockstep))
         message_type = JointTrajectory if settings.output == "joint_trajectory" else Float64MultiArray
-        self.command_publisher = self.lifecycle_publisher(message_type, COMMAND_TOPICS[settings.output],
-                                                          command_qos(self.lockstep))
+        self.command_publisher = self.lifecycle_publisher(
+            message_type, command_topic(settings.output, settings.dry_run), command_qos(self.lockstep))
         self.commanded_publisher = self.lifecycle_publisher(JointState, COMMANDED, command_qos(self.lockstep))
 
     def start(self) -> None:
@@ -77,8 +79,9 @@ class ControllerNode(GraphNode):
         if self._timer is not None:
             self.drop(self._timer)
             self._timer = None
-        if self.logic is not None:  # leave the arm holding where it is
+        if self.logic is not None:  # leave the arm holding where it is; on activation start up again
             self._publish(self.logic.hold(self.now_ns(), DEACTIVATED), self.now_ns())
+            self.logic.restart()
 
     # inputs -------------------------------------------------------------------------------------
 
@@ -186,9 +189,13 @@ class ControllerNode(GraphNode):
     def _build_logic(self, joint_names: tuple[str, ...]) -> None:
         settings = self.config.controller
         limits = JointLimits.from_lists(len(joint_names), settings.position_lower, settings.position_upper,
-                                        settings.max_velocity, joint_names)
+                                        settings.max_velocity, joint_names, settings.max_jump)
+        if limits.unset():
+            self.get_logger().warning(f"no limits in {', '.join(f'controller.{n}' for n in limits.unset())} for "
+                                      f"joints {list(joint_names)}: chunks are not checked against them")
         self.logic = CommandLogic(limits, self.period_ns, seconds_to_ns(settings.blend_s),
-                                  seconds_to_ns(settings.input_timeout_s), seconds_to_ns(self.config.inputs.max_future_s))
+                                  seconds_to_ns(settings.input_timeout_s), seconds_to_ns(self.config.inputs.max_future_s),
+                                  settings.ramp_s, settings.ramp_max_velocity)
         self.selector = JointStateSelector(joint_names)
         self.joint_names = tuple(joint_names)
         if self._status is not None:
@@ -217,7 +224,10 @@ class ControllerNode(GraphNode):
         name = f"{self.get_fully_qualified_name()}: {self.stage}"
         values = {key: f"{value:.3f}" for key, value in self.period_stats.summary().items()}
         values.update(commands=str(self.commands_sent), holds=str(self.holds), limited=str(self.limited),
-                      hold_reason=self.hold_reason or "", joints=",".join(self.joint_names))
+                      hold_reason=self.hold_reason or "", joints=",".join(self.joint_names),
+                      dry_run=str(self.config.controller.dry_run).lower())
+        if self.logic is not None:
+            values["unset_limits"] = ",".join(self.logic.limits.unset())
         if self._last_chunk is not None:
             values["chunk_age_ms"] = f"{(self.now_ns() - self._last_chunk.stamp_ns) / 1e6:.1f}"
         if not self.active:
