@@ -33,7 +33,7 @@ def _episode(runtime, steps):
 
 def _run_and_listen(config, runtime, steps, topics=(), heard_enough=None):
     """Run `steps` lock-step steps; the controller's diagnostics messages and what came on `topics`
-    (spun until the controller reported a refused chunk or `heard_enough(heard)`, at most 5 s)."""
+    (spun until the controller reported a refused chunk or `heard_enough(heard, messages)`, at most 5 s)."""
     heard = {topic: [] for topic in topics}
     messages = []
     with LockstepGraph(config, runtime=runtime, domain_id=next_domain(), timeout_s=30) as graph:
@@ -44,8 +44,8 @@ def _run_and_listen(config, runtime, steps, topics=(), heard_enough=None):
             driver.create_subscription(message_type, topic, heard[(topic, message_type)].append, lockstep_qos())
         outputs = graph.run(_episode(runtime, steps), "stack the cups")
         deadline = time.monotonic() + 5
-        done = heard_enough or (lambda _: any(m.startswith("holding: action chunk") for m in messages))
-        while time.monotonic() < deadline and not done(heard):
+        done = heard_enough or (lambda _, said: any(m.startswith("holding: action chunk") for m in said))
+        while time.monotonic() < deadline and not done(heard, messages):
             graph.executor.spin_once(timeout_sec=0.05)
     return outputs, messages, heard
 
@@ -87,10 +87,23 @@ def test_dry_run_publishes_commands_on_the_preview_topic_only():
     config = load_config(None, {"controller.dry_run": True, "controller.output": "float64_multi_array"})
     listened = ((COMMAND_PREVIEW, Float64MultiArray), (COMMAND_TOPICS["float64_multi_array"], Float64MultiArray),
                 (COMMAND_TOPICS["joint_trajectory"], JointTrajectory))
-    outputs, messages, heard = _run_and_listen(config, FakeRuntime(), 2, listened,
-                                               lambda heard: len(heard[listened[0]]) >= 10)
+    outputs, messages, heard = _run_and_listen(
+        config, FakeRuntime(), 2, listened,
+        lambda heard, said: len(heard[listened[0]]) >= 10 and any(m.startswith("streaming") for m in said))
     commands = [c.positions for o in outputs for c in o.commands]
-    assert len(commands) == 10 and not any(m.startswith("holding: action chunk") for m in messages)
+    assert len(commands) == 10 and "streaming (dry run: on the preview topic only)" in messages
     preview = heard[listened[0]]
     assert len(preview) == 10 and np.allclose(preview[-1].data, commands[-1])
     assert heard[listened[1]] == [] and heard[listened[2]] == []
+
+
+def test_the_first_commands_ramp_from_the_joint_state_unless_the_ramp_is_off():
+    runtime = FakeRuntime()
+    ramped, _, _ = _run_and_listen(load_config(None, {}), runtime, 2, heard_enough=lambda *_: True)
+    direct, _, _ = _run_and_listen(load_config(None, {"controller.ramp_s": 0.0}), runtime, 2,
+                                   heard_enough=lambda *_: True)
+    first_chunk = ramped[0].chunk.actions.astype(np.float64)
+    ramp = np.stack([c.positions for o in ramped for c in o.commands])  # 10 ticks: 0.2 s of the 1 s ramp
+    np.testing.assert_array_equal(ramp[0], np.full(3, 0.5))  # starts at the joint state ...
+    assert np.all(np.abs(ramp - 0.5) <= 0.2 * np.abs(first_chunk).max() + 0.5 * 0.2)  # ... and leaves it slowly
+    np.testing.assert_allclose(direct[0].commands[0].positions, first_chunk[0])  # no ramp: the chunk at once

@@ -236,7 +236,8 @@ class ControllerNode(GraphNode):
             return diagnostic_status(name, HARDWARE_ID, DiagnosticStatus.WARN, f"holding: {self.hold_reason}",
                                      values)
         level = self.stats.level if self.stats.problem else DiagnosticStatus.OK
-        return diagnostic_status(name, HARDWARE_ID, level, self.stats.problem or "streaming", values)
+        streaming = "streaming (dry run: on the preview topic only)" if self.config.controller.dry_run else "streaming"
+        return diagnostic_status(name, HARDWARE_ID, level, self.stats.problem or streaming, values)
 
 
 def main(args=None) -> None:
