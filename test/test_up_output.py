@@ -85,3 +85,21 @@ def test_report_says_why_no_chunk_came_and_leaves_the_start_up_wait_out_of_the_h
     text = format_report(_report(first_chunk_s=0.2, stages=stages,
                                  hold_reasons={"waiting for the first action chunk": 1, "action chunk ran out": 2}))
     assert "holds after the first chunk: 2x action chunk ran out" in text
+
+
+def test_a_dry_run_is_watched_on_the_preview_topic_and_refused_chunks_are_counted_by_kind():
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    try:
+        monitor = GraphMonitor(50.0, "joint_trajectory", dry_run=True, context=context)
+        assert [s.topic_name for s in monitor.subscriptions if s.msg_type.__name__ == "JointTrajectory"] == \
+            ["/embodied/command_preview"]
+        refused = "holding: action chunk starts {} away from the joint state on elbow (max_jump 0.05)"
+        for message in [refused.format(0.31), refused.format(0.42), "streaming", refused.format(0.2)]:
+            monitor._on_diagnostics(DiagnosticArray(status=[DiagnosticStatus(name="/controller: controller",
+                                                                              message=message)]))
+        assert dict(monitor.hold_reasons) == {
+            "action chunk starts N away from the joint state on elbow (max_jump N)": 2}
+        monitor.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
