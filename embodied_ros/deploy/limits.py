@@ -92,7 +92,7 @@ def chunk_violation(limits: JointLimits, positions: np.ndarray, period_s: float,
             return NO_JOINT_STATE_TO_CHECK
         start = np.abs(positions[0] - measured)
         if (start > limits.max_jump).any():
-            joint = int(np.argmax(start - limits.max_jump))
+            joint = np.flatnonzero(start > limits.max_jump)[0]
             return (f"action chunk starts {start[joint]:.4g} away from the joint state on {names[joint]} "
                     f"(max_jump {limits.max_jump[joint]:.4g})")
     steps = np.abs(np.diff(positions, axis=0))  # (horizon - 1, n_joints)
