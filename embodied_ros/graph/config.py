@@ -111,6 +111,35 @@ class ControllerConfig:
 
 
 @dataclass(frozen=True)
+class RtcConfig:
+    enabled: bool = _doc("real-time chunking: the action head guides each new chunk toward what the controller will "
+                         "still execute of the current one, and the controller drops the new chunk's first d rows "
+                         "when it lands (flow-matching models: pi0.5)", False)
+    schedule: str = _doc("weights of the leftover rows after the first d: linear, exp, ones or zeros (LeRobot's "
+                         "prefix-attention schedules)", "linear")
+    max_guidance_weight: float = _doc("cap on the guidance weight of the early, noisy solver steps", 10.0)
+    execution_horizon: int = _doc("leftover rows that guide the new chunk (fewer when less is left)", 10)
+    delay: str = _doc("inference delay d the head guides with: measured (the largest over recent chunks of "
+                      "observation-to-publication time, in action rows) or fixed (rtc.delay_rows)", "measured")
+    delay_rows: int = _doc("fixed inference delay, action rows", 0)
+    delay_window: int = _doc("measured delay: the largest over this many recent chunks", 10)
+
+    def __post_init__(self) -> None:
+        from embodied_ros.heads.rtc import RtcSettings
+
+        RtcSettings(self.schedule, self.max_guidance_weight, self.execution_horizon)  # raises naming the setting
+        _check(self.delay in ("measured", "fixed"), f"rtc.delay must be measured or fixed, got {self.delay!r}")
+        _check(self.delay_rows >= 0, f"rtc.delay_rows must be >= 0, got {self.delay_rows}")
+        _check(self.delay_window >= 1, f"rtc.delay_window must be >= 1, got {self.delay_window}")
+
+    @property
+    def settings(self):
+        from embodied_ros.heads.rtc import RtcSettings
+
+        return RtcSettings(self.schedule, self.max_guidance_weight, self.execution_horizon)
+
+
+@dataclass(frozen=True)
 class TransportConfig:
     mode: str = _doc("how stage outputs travel: reference (same process, zero-copy), serialized (Tensor "
                      "messages) or auto (reference when composed)", "auto")
@@ -164,6 +193,7 @@ class GraphConfig:
     inputs: InputsConfig = field(default_factory=InputsConfig)
     stages: StagesConfig = field(default_factory=StagesConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
+    rtc: RtcConfig = field(default_factory=RtcConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)

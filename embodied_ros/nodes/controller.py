@@ -19,6 +19,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.deploy import ActionMapping, Command, CommandLogic, JointLimits, TimedChunk
+from embodied_ros.deploy.continuation import merge
 from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_array, joint_trajectory
 from embodied_ros.graph.schedule import LockstepGate
 from embodied_ros.graph.stats import PeriodStats, diagnostic_status, reason_kind, status_values
@@ -178,6 +179,8 @@ class ControllerNode(GraphNode):
             columns = self.mapping.column_index(names)
             timed = TimedChunk(chunk.stamp_ns, seconds_to_ns(chunk.action_period_s),
                                np.asarray(chunk.actions, dtype=np.float64)[:, columns])
+            if self.config.rtc.enabled:
+                timed = merge(timed, now_ns)
         except ValueError as error:
             self.stats.record_error(f"action chunk: {error}")
             return
