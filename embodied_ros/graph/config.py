@@ -95,6 +95,9 @@ class ControllerConfig:
     position_upper: tuple[float, ...] = _doc("per-joint upper position limits; empty: none", ())
     max_velocity: tuple[float, ...] = _doc("per-joint rate limits, units per second; empty: none", ())
     blend_s: float = _doc("blend a new chunk into the executing one over this time (0: switch at once)", 0.0)
+    trajectory_points: int = _doc("joint_trajectory output: points per message, the command and the limited "
+                                  "targets of the periods after it, each stamped for its instant (1: the command "
+                                  "alone)", 1)
     input_timeout_s: float = _doc("hold when no input status has arrived for this long (0: do not watch)", 0.5)
 
     def __post_init__(self) -> None:
@@ -103,6 +106,7 @@ class ControllerConfig:
         _check(self.rate_hz > 0, f"controller.rate_hz must be positive, got {self.rate_hz}")
         _check(self.output in OUTPUTS, f"controller.output must be one of {OUTPUTS}, got {self.output!r}")
         _check(self.blend_s >= 0, f"controller.blend_s must be >= 0, got {self.blend_s}")
+        _check(self.trajectory_points >= 1, f"controller.trajectory_points must be >= 1, got {self.trajectory_points}")
         _check(self.input_timeout_s >= 0, f"controller.input_timeout_s must be >= 0, got {self.input_timeout_s}")
         for name in ("action_columns", "position_lower", "position_upper", "max_velocity"):
             values = getattr(self, name)

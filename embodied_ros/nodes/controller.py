@@ -163,7 +163,11 @@ class ControllerNode(GraphNode):
         if command is None:
             return
         if self.config.controller.output == "joint_trajectory":
-            message = joint_trajectory(self.joint_names, command.positions, tick_ns, self.lead_ns)
+            points = command.positions
+            later = self.config.controller.trajectory_points - 1
+            if later and not command.holding:
+                points = np.vstack([points, self.logic.upcoming(command.target_ns, later)])
+            message = joint_trajectory(self.joint_names, points, tick_ns, self.lead_ns, self.period_ns)
         else:
             message = float64_multi_array(command.positions)
         self.command_publisher.publish(message)
