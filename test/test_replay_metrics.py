@@ -84,6 +84,7 @@ def test_smoothness_separates_the_jump_where_a_new_chunk_took_over():
     assert result["max_abs_step"] == 7.0
     assert result["max_abs_step_at_switch"] == 7.0 and result["max_abs_step_within_chunk"] == 1.0
     assert result["per_joint_max_abs_step"] == {"a": 7.0, "b": 1.0}
+    assert result["mean_abs_step_at_switch"] == 7.0 and result["mean_abs_step_within_chunk"] == 1.0
 
 
 def test_jerk_of_a_cubic_is_its_third_derivative():

@@ -45,11 +45,12 @@ def test_delay_is_the_rows_whose_instants_passed_and_the_measured_estimate_is_th
 def test_merge_drops_the_rows_whose_instants_passed_before_landing():
     timed = TimedChunk(STAMP_NS, PERIOD_NS, np.arange(10, dtype=np.float64)[:, None])
     merged = merge(timed, STAMP_NS + 2 * PERIOD_NS + 1)  # landed 40 ms + 1 ns after the observation: d = 3
-    assert merged.first_row == 3 and merged.stamp_ns == timed.stamp_ns
-    assert merged.sample(STAMP_NS + PERIOD_NS)[0] == 3.0  # rows 0-2 are never executed
-    for t_ns in range(STAMP_NS + 4 * PERIOD_NS, timed.end_ns + 1, PERIOD_NS // 4):  # from row 3 on: unchanged
+    assert merged.first_row == 2 and merged.stamp_ns == timed.stamp_ns  # rows 0, 1 were due before it landed
+    assert merged.sample(STAMP_NS + PERIOD_NS)[0] == 2.0  # never executed
+    for t_ns in range(STAMP_NS + 3 * PERIOD_NS, timed.end_ns + 1, PERIOD_NS // 4):  # from row 2's instant on: as is
         np.testing.assert_array_equal(merged.sample(t_ns), timed.sample(t_ns))
-    assert merge(timed, STAMP_NS).first_row == 0  # landed at once: nothing dropped
+    assert merge(timed, STAMP_NS + PERIOD_NS).first_row == 0  # row 0 is due at the landing itself
+    assert merge(timed, STAMP_NS).first_row == 0
     assert merge(timed, timed.end_ns + PERIOD_NS).first_row == 9  # landed after its end: ran out anyway
 
 
@@ -60,8 +61,9 @@ def test_controller_logic_runs_a_merged_chunk_and_still_takes_newer_observations
     logic.accept_chunk(merge(old, STAMP_NS + 5 * PERIOD_NS), STAMP_NS + 5 * PERIOD_NS)
     new = TimedChunk(STAMP_NS + PERIOD_NS, PERIOD_NS, np.arange(10, dtype=np.float64)[:, None])
     landed_ns = STAMP_NS + 3 * PERIOD_NS
-    logic.accept_chunk(merge(new, landed_ns), landed_ns)
-    assert logic.tick(landed_ns).positions[0] == 2.0  # the new chunk from row d = 2 on
+    logic.accept_chunk(merge(new, landed_ns), landed_ns)  # its older-stamped predecessor does not shut it out
+    assert logic.tick(landed_ns).positions[0] == 1.0  # row 1, due at the landing (d = 2)
+    assert logic.tick(landed_ns + PERIOD_NS).positions[0] == 2.0
 
 
 def test_continuer_continues_its_last_published_chunk_with_the_measured_delay():

@@ -10,8 +10,11 @@ On the time axis of deploy/chunk.py (row i of a chunk is the target at its obser
   delay d   rows executed before the new chunk lands: ceil((landing - T) / period). The head
             guides with the largest d of its recent chunks, measured online from when each was
             published (or a fixed d); its first d rows are pulled hardest toward the leftover.
-  merge     when the chunk lands the controller drops its first d rows, d measured at landing:
-            those instants have passed (or are being executed) and belong to the old chunk.
+  merge     when the chunk lands the controller drops the rows whose instants passed before the
+            landing, and runs the rest at their instants: for d = ceil((landing - T) / period)
+            measured at landing, the first d - 1 rows go, and row d - 1 (frozen to the old chunk
+            by the guidance) is due at or just after the landing, so the switch is where both
+            chunks agree. The rows before the landing belong to the old chunk, which ran them.
 
 The controller node calls `merge`; the action node keeps a `ChunkContinuer`.
 """
@@ -49,9 +52,10 @@ def leftover(executing: ActionChunkResult, stamp_ns: int) -> np.ndarray | None:
 
 
 def merge(chunk: TimedChunk, landed_ns: int) -> TimedChunk:
-    """The chunk as the controller runs it when it lands at `landed_ns`: its first d rows dropped."""
-    dropped = min(delay_rows(landed_ns - chunk.stamp_ns, chunk.period_ns), chunk.positions.shape[0] - 1)
-    return dataclasses.replace(chunk, first_row=max(chunk.first_row, dropped))
+    """The chunk as the controller runs it when it lands at `landed_ns`: the rows whose instants
+    are before the landing dropped (d - 1 of them for d = delay_rows(landed - stamp))."""
+    passed = max(0, delay_rows(landed_ns - chunk.stamp_ns, chunk.period_ns) - 1)
+    return dataclasses.replace(chunk, first_row=max(chunk.first_row, min(passed, chunk.positions.shape[0] - 1)))
 
 
 class DelayEstimate:

@@ -117,8 +117,8 @@ class ControllerConfig:
 @dataclass(frozen=True)
 class RtcConfig:
     enabled: bool = _doc("real-time chunking: the action head guides each new chunk toward what the controller will "
-                         "still execute of the current one, and the controller drops the new chunk's first d rows "
-                         "when it lands (flow-matching models: pi0.5)", False)
+                         "still execute of the current one, and the controller drops the new chunk's rows whose "
+                         "instants passed before it landed (flow-matching models: pi0.5)", False)
     schedule: str = _doc("weights of the leftover rows after the first d: linear, exp, ones or zeros (LeRobot's "
                          "prefix-attention schedules)", "linear")
     max_guidance_weight: float = _doc("cap on the guidance weight of the early, noisy solver steps", 10.0)

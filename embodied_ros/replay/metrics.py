@@ -132,7 +132,7 @@ def command_smoothness(stamps_ns: Sequence[int] | np.ndarray, positions: Sequenc
 
     max_abs_step: the largest |command - previous command| over all joints; `at_switch` over the
     steps across which a new chunk arrived (previous stamp < arrival <= stamp), `within_chunk` over
-    the others. jerk: third derivative of the commands by finite differences over their stamps,
+    the others; the `mean_` values average each step's largest joint change. jerk: third derivative of the commands by finite differences over their stamps,
     units / s^3 (max |.| and root mean square over all joints).
     """
     stamps = np.asarray(stamps_ns, dtype=np.int64).reshape(-1)
@@ -147,6 +147,9 @@ def command_smoothness(stamps_ns: Sequence[int] | np.ndarray, positions: Sequenc
 
     def largest(rows: np.ndarray) -> float | None:
         return float(rows.max()) if rows.size else None
+
+    def mean_largest(rows: np.ndarray) -> float | None:
+        return float(rows.max(axis=1).mean()) if rows.size else None
 
     times_s = stamps / 1e9
     derivative = values
@@ -165,6 +168,8 @@ def command_smoothness(stamps_ns: Sequence[int] | np.ndarray, positions: Sequenc
         "max_abs_step": largest(steps),
         "max_abs_step_at_switch": largest(steps[crossed]),
         "max_abs_step_within_chunk": largest(steps[~crossed]),
+        "mean_abs_step_at_switch": mean_largest(steps[crossed]),
+        "mean_abs_step_within_chunk": mean_largest(steps[~crossed]),
         "per_joint_max_abs_step": {name: largest(steps[:, j]) for j, name in enumerate(names)},
         "jerk": {"max_abs": largest(np.abs(derivative)),
                  "rms": float(np.sqrt(np.mean(derivative**2))) if derivative.size else None},
