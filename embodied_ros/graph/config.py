@@ -129,9 +129,12 @@ class RtcConfig:
     delay_window: int = _doc("measured delay: the largest over this many recent chunks", 10)
 
     def __post_init__(self) -> None:
-        from embodied_ros.heads.rtc import RtcSettings
+        from embodied_ros.heads.rtc import SCHEDULES
 
-        RtcSettings(self.schedule, self.max_guidance_weight, self.execution_horizon)  # raises naming the setting
+        _check(self.schedule in SCHEDULES, f"rtc.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        _check(0 < self.max_guidance_weight < float("inf"),
+               f"rtc.max_guidance_weight must be a positive number, got {self.max_guidance_weight}")
+        _check(self.execution_horizon >= 0, f"rtc.execution_horizon must be >= 0 rows, got {self.execution_horizon}")
         _check(self.delay in ("measured", "fixed"), f"rtc.delay must be measured or fixed, got {self.delay!r}")
         _check(self.delay_rows >= 0, f"rtc.delay_rows must be >= 0, got {self.delay_rows}")
         _check(self.delay_window >= 1, f"rtc.delay_window must be >= 1, got {self.delay_window}")
