@@ -15,7 +15,16 @@ from embodied_ros.models.pi05.weights import from_lerobot
 
 DATA = Path(__file__).resolve().parent / "data"
 TINY, SMALL, CHECKPOINT = DATA / "pi05_tiny", DATA / "pi05_small", DATA / "pi05_tiny_checkpoint"
-EXTRA_SETS = sorted(p for p in (DATA / "extra").glob("pi05_*") if (p / "cases.npz").is_file())
+RTC_TINY = DATA / "pi05_rtc_tiny"
+
+
+def _is_rtc_record(folder: Path) -> bool:
+    return "rtc" in json.loads((folder / "config.json").read_text())
+
+
+_EXTRA = sorted(p for p in (DATA / "extra").glob("pi05_*") if (p / "cases.npz").is_file())
+EXTRA_SETS = [p for p in _EXTRA if not _is_rtc_record(p)]  # plain sampling records
+RTC_SETS = [RTC_TINY] + [p for p in _EXTRA if _is_rtc_record(p)]  # real-time chunking records
 
 
 @lru_cache(maxsize=None)

@@ -146,3 +146,25 @@ def test_command_messages_carry_the_positions():
     assert trajectory.points[0].time_from_start.nanosec == 20 * MS
     np.testing.assert_array_equal(command_positions(trajectory), [1.0, 2.0])
     np.testing.assert_array_equal(command_positions(float64_multi_array(np.array([3.0]))), [3.0])
+
+
+def test_trajectory_points_are_stamped_for_their_instants():
+    points = np.array([[1.0, 2.0], [1.5, 2.5], [2.0, 3.0]])
+    trajectory = joint_trajectory(["a", "b"], points, stamp_ns=5 * MS, time_from_start_ns=20 * MS,
+                                  point_period_ns=20 * MS)
+    assert (trajectory.header.stamp.sec, trajectory.header.stamp.nanosec) == (0, 5 * MS)  # never 0: "start now"
+    assert [p.time_from_start.nanosec for p in trajectory.points] == [20 * MS, 40 * MS, 60 * MS]
+    np.testing.assert_array_equal([p.positions for p in trajectory.points], points)
+    np.testing.assert_array_equal(command_positions(trajectory), [1.0, 2.0])
+    with pytest.raises(ValueError, match="positive period"):
+        joint_trajectory(["a", "b"], points, stamp_ns=0, time_from_start_ns=20 * MS)
+
+
+def test_upcoming_points_follow_the_chunk_under_the_limits_and_hold_where_it_runs_out():
+    logic = CommandLogic(JointLimits.from_lists(1, max_velocity=[10.0]), period_ns=20 * MS)  # 0.2 per period
+    logic.observe_positions(np.zeros(1))
+    logic.accept_chunk(_chunk(0, [[1.0], [1.0], [1.1], [1.1]]), now_ns=0)  # starts 1.0 from the arm
+    command = logic.tick(20 * MS)
+    upcoming = logic.upcoming(command.target_ns, 4)
+    np.testing.assert_allclose(upcoming[:, 0], [0.4, 0.6, 0.8, 0.8])  # rate-limited, then held past the end
+    assert logic.tick(40 * MS).positions[0] == pytest.approx(0.4)  # previewing sent nothing: on from 0.2

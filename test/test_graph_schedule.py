@@ -66,6 +66,12 @@ def test_config_errors_name_the_key_and_value(tmp_path):
         from_flat({"schedule.step_period_s": "fast"})
     with pytest.raises(ValueError, match=r"controller.position_lower has 1 values for 2 joints"):
         from_flat({"controller.joints": ["a", "b"], "controller.position_lower": [0.0]})
+    with pytest.raises(ValueError, match=r"rtc.schedule must be one of zeros, ones, linear, exp, got 'cosine'"):
+        from_flat({"rtc.schedule": "cosine"})
+    with pytest.raises(ValueError, match=r"rtc.delay must be measured or fixed, got 'guess'"):
+        from_flat({"rtc.delay": "guess"})
+    with pytest.raises(ValueError, match=r"controller.trajectory_points must be >= 1, got 0"):
+        from_flat({"controller.trajectory_points": 0})
 
 
 def test_config_file_resolves_the_bundle_next_to_it(tmp_path):

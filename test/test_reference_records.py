@@ -11,6 +11,7 @@ from safetensors import safe_open
 EXTRA = Path(__file__).parent / "data" / "extra"
 PI05_SETS = ["pi05_one_cam_odd", "pi05_three_cam_missing", "pi05_fp16_two_cam", "pi05_gqa"]
 WAN_SETS = ["wan_block_dim96", "wan_block_dim48"]
+RTC_SETS = ["pi05_rtc_aside"]  # real-time chunking (docs/reference.md)
 MAX_SET_BYTES = 2 * 2**20
 
 PI05_CONFIG_KEYS = ["vision", "projector", "language_model", "expert", "chunk_size", "max_action_dim",
@@ -38,7 +39,7 @@ def load_set(name, weights_file):
 
 def test_every_set_and_spec_is_present_and_small():
     folders = sorted(p.name for p in EXTRA.iterdir() if p.is_dir() and p.name != "specs")
-    assert folders == sorted(PI05_SETS + WAN_SETS)
+    assert folders == sorted(PI05_SETS + WAN_SETS + RTC_SETS)
     specs = sorted(p.stem for p in (EXTRA / "specs").glob("*.json"))
     assert specs == folders
     for name in folders:
@@ -172,3 +173,24 @@ def test_wan_rotary_tables_follow_the_three_axis_rule(name):
     angles = np.repeat(angles, 2, axis=1)  # each angle drives one adjacent channel pair
     np.testing.assert_allclose(cases["case0_rotary_cos"][0, :, 0], np.cos(angles), atol=1e-6)
     np.testing.assert_allclose(cases["case0_rotary_sin"][0, :, 0], np.sin(angles), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", RTC_SETS)
+def test_rtc_set_matches_its_spec_and_its_arrays_their_cases(name):
+    config, cases, _, _ = load_set(name, "model.safetensors")
+    spec = json.loads((EXTRA / "specs" / f"{name}.json").read_text())
+    for field in ("chunk_size", "action_dim", "max_action_dim", "num_inference_steps"):
+        assert config[field] == spec[field], field
+    chain = spec["chain"]
+    names = [c["name"] for c in spec["cases"]] + [f"{chain['name']}{j}" for j in range(len(chain["obs"]))]
+    assert [c["name"] for c in config["cases"]] == names
+    steps, chunk, width = spec["num_inference_steps"], spec["chunk_size"], spec["max_action_dim"]
+    for k, case in enumerate(config["cases"]):
+        assert cases[f"case{k}_x_steps"].shape == (steps + 1, chunk, width)
+        assert cases[f"case{k}_actions"].shape == cases[f"case{k}_actions_plain"].shape == (chunk, spec["action_dim"])
+        leftover = case["prev_chunk_left_over"]
+        assert (f"case{k}_prev_chunk_left_over" in cases) == (leftover is not None)
+        if leftover is not None:
+            assert list(cases[f"case{k}_prev_chunk_left_over"].shape) == leftover["shape"]
+        if case["expect"] == "plain":
+            np.testing.assert_array_equal(cases[f"case{k}_actions"], cases[f"case{k}_actions_plain"])

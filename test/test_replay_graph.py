@@ -110,6 +110,11 @@ def test_output_bag_metrics_and_report(episode_bag, tmp_path):
         assert metrics["latency"]["step_wall_ms"][key] > 0
         assert metrics["latency"]["stages_ms"]["action"][key] >= 0
     assert metrics["commands"]["count"] == 50 and metrics["commands"]["jitter_ms"] == 0.0
+    smoothness = metrics["smoothness"]
+    assert smoothness["count"] == 50 and smoothness["switches"] == 9  # each later step's chunk takes over
+    assert smoothness["max_abs_step"] == max(smoothness["max_abs_step_at_switch"],
+                                             smoothness["max_abs_step_within_chunk"])
+    assert smoothness["jerk"]["max_abs"] > 0
     assert metrics["staleness"]["count"] == 10 and metrics["staleness"]["stale"] == 0
     assert metrics["frames"]["front"]["recorded"] == 30 and metrics["frames"]["front"]["used"] == 10
     assert metrics["partial"] is False

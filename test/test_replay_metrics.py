@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from embodied_ros.replay.episode import JointSeries
-from embodied_ros.replay.metrics import (PredictedChunk, action_errors, distribution_ms, frame_usage,
-                                         period_stats, staleness_stats)
+from embodied_ros.replay.metrics import (PredictedChunk, action_errors, command_smoothness, distribution_ms,
+                                         frame_usage, period_stats, staleness_stats)
 
 MS = 1_000_000
 
@@ -74,3 +74,29 @@ def test_frame_usage_and_staleness():
     assert usage == {"front": {"recorded": 4, "used": 2, "dropped": 2}}
     stats = staleness_stats([10.0, 20.0, 150.0], stale_after_ms=100.0)
     assert stats["stale"] == 1 and stats["max"] == 150.0
+
+
+def test_smoothness_separates_the_jump_where_a_new_chunk_took_over():
+    stamps = np.arange(8) * 20 * MS
+    positions = np.array([[0.0, 0.0], [1, 0], [2, 0], [3, 0], [10, -1], [11, -1], [12, -1], [13, -1]])
+    result = command_smoothness(stamps, positions, switches_ns=[70 * MS, 500 * MS], joint_names=("a", "b"))
+    assert result["count"] == 8 and result["switches"] == 1  # the second arrival is after the last command
+    assert result["max_abs_step"] == 7.0
+    assert result["max_abs_step_at_switch"] == 7.0 and result["max_abs_step_within_chunk"] == 1.0
+    assert result["per_joint_max_abs_step"] == {"a": 7.0, "b": 1.0}
+    assert result["mean_abs_step_at_switch"] == 7.0 and result["mean_abs_step_within_chunk"] == 1.0
+
+
+def test_jerk_of_a_cubic_is_its_third_derivative():
+    t_s = np.arange(12) * 0.02
+    positions = np.stack([t_s**3, 2 * t_s**2], axis=1)  # jerk 6 and 0
+    result = command_smoothness(np.round(t_s * 1e9).astype(np.int64), positions)
+    assert result["jerk"]["max_abs"] == pytest.approx(6.0, rel=1e-3)
+    assert result["jerk"]["rms"] == pytest.approx(6.0 / np.sqrt(2), rel=1e-3)
+    assert result["switches"] == 0 and result["max_abs_step_at_switch"] is None
+
+
+def test_smoothness_of_too_few_commands_is_empty_not_an_error():
+    assert command_smoothness([], [])["max_abs_step"] is None
+    one = command_smoothness([5], [[1.0, 2.0]])
+    assert one["count"] == 1 and one["jerk"]["max_abs"] is None

@@ -137,14 +137,36 @@ class CommandLogic:
             return target
         return self._ramp.target(t_ns, target)
 
-    def _blended_target(self, t_ns: int) -> np.ndarray:
+    def upcoming(self, t_ns: int, count: int) -> np.ndarray:
+        """[count, n_joints] targets for the `count` periods after the command for `t_ns`, limited
+        as `tick` would limit them but not sent (the later points of a trajectory message); the
+        command is repeated from where the controller would hold. Needs a command sent before."""
+        previous = self._last
+        points = []
+        for index in range(1, count + 1):
+            instant = t_ns + index * self.period_ns
+            if not self.hold_reason(instant):
+                target = self._target_at(instant)
+                if self._ramp is not None and instant < self._ramp.end_ns:
+                    target = self._ramp.target(instant, target)
+                previous, _ = self.limits.apply(target, previous, self.period_ns / 1e9)
+            points.append(previous)
+        return np.array(points, dtype=np.float64).reshape(count, -1)
+
+    def _target_at(self, t_ns: int) -> np.ndarray:
         target = self.chunk.sample(t_ns)
         if self._blend_from is None:
             return target
         weight = (t_ns - self._blend_start_ns) / self.blend_ns
         old = self._blend_from.sample(t_ns)
         if weight >= 1.0 or old is None:
-            self._blend_from = None
             return target
         weight = max(weight, 0.0)
         return (1.0 - weight) * old + weight * target
+
+    def _blended_target(self, t_ns: int) -> np.ndarray:
+        target = self._target_at(t_ns)
+        if self._blend_from is not None and ((t_ns - self._blend_start_ns) >= self.blend_ns
+                                             or self._blend_from.sample(t_ns) is None):
+            self._blend_from = None
+        return target

@@ -14,14 +14,24 @@ from embodied_ros.inputs.stamps import ns_to_duration, ns_to_time
 OUTPUTS = ("joint_trajectory", "float64_multi_array")
 
 
-def joint_trajectory(joint_names: Sequence[str], positions: np.ndarray, stamp_ns: int,
-                     time_from_start_ns: int) -> JointTrajectory:
-    """One-point trajectory for JointTrajectoryController: reach `positions` at stamp + time_from_start."""
+def joint_trajectory(joint_names: Sequence[str], positions: np.ndarray, stamp_ns: int, time_from_start_ns: int,
+                     point_period_ns: int = 0) -> JointTrajectory:
+    """A trajectory for JointTrajectoryController, stamped for execution: point j (row j of
+    `positions` [points, joints], or the one point of a [joints] vector) is to be reached at
+    stamp + time_from_start + j * point_period. The stamp is the tick the message was sent for,
+    never 0 ("start on receipt"), so a message that arrives late still puts each point at its own
+    instant when the trajectory controller replaces its running trajectory by it (one whose last
+    point is already past is refused there); the later points carry the motion on until the next
+    message replaces them."""
+    points = np.atleast_2d(np.asarray(positions, dtype=np.float64))
+    if points.shape[0] > 1 and point_period_ns <= 0:
+        raise ValueError(f"{points.shape[0]} trajectory points need a positive period between them")
     msg = JointTrajectory(joint_names=list(joint_names))
     msg.header.stamp = ns_to_time(stamp_ns)
-    point = JointTrajectoryPoint(positions=[float(p) for p in positions])
-    point.time_from_start = ns_to_duration(time_from_start_ns)
-    msg.points = [point]
+    for index, row in enumerate(points):
+        point = JointTrajectoryPoint(positions=[float(p) for p in row])
+        point.time_from_start = ns_to_duration(time_from_start_ns + index * point_period_ns)
+        msg.points.append(point)
     return msg
 
 

@@ -108,6 +108,9 @@ class ControllerConfig:
     dry_run: bool = _doc("publish the commands on embodied/command_preview only, never on the command topic "
                          "(the arm does not move)", False)
     blend_s: float = _doc("blend a new chunk into the executing one over this time (0: switch at once)", 0.0)
+    trajectory_points: int = _doc("joint_trajectory output: points per message, the command and the limited "
+                                  "targets of the periods after it, each stamped for its instant (1: the command "
+                                  "alone)", 1)
     input_timeout_s: float = _doc("hold when no input status has arrived for this long (0: do not watch)", 0.5)
 
     def __post_init__(self) -> None:
@@ -116,6 +119,7 @@ class ControllerConfig:
         _check(self.rate_hz > 0, f"controller.rate_hz must be positive, got {self.rate_hz}")
         _check(self.output in OUTPUTS, f"controller.output must be one of {OUTPUTS}, got {self.output!r}")
         _check(self.blend_s >= 0, f"controller.blend_s must be >= 0, got {self.blend_s}")
+        _check(self.trajectory_points >= 1, f"controller.trajectory_points must be >= 1, got {self.trajectory_points}")
         _check(self.input_timeout_s >= 0, f"controller.input_timeout_s must be >= 0, got {self.input_timeout_s}")
         _check(self.ramp_s >= 0, f"controller.ramp_s must be >= 0, got {self.ramp_s}")
         _check(self.ramp_max_velocity >= 0, f"controller.ramp_max_velocity must be >= 0, got {self.ramp_max_velocity}")
@@ -123,6 +127,38 @@ class ControllerConfig:
             values = getattr(self, name)
             _check(not values or len(values) == len(self.joints),
                    f"controller.{name} has {len(values)} values for {len(self.joints)} joints {list(self.joints)}")
+
+
+@dataclass(frozen=True)
+class RtcConfig:
+    enabled: bool = _doc("real-time chunking: the action head guides each new chunk toward what the controller will "
+                         "still execute of the current one, and the controller drops the new chunk's rows whose "
+                         "instants passed before it landed (flow-matching models: pi0.5)", False)
+    schedule: str = _doc("weights of the leftover rows after the first d: linear, exp, ones or zeros (LeRobot's "
+                         "prefix-attention schedules)", "linear")
+    max_guidance_weight: float = _doc("cap on the guidance weight of the early, noisy solver steps", 10.0)
+    execution_horizon: int = _doc("leftover rows that guide the new chunk (fewer when less is left)", 10)
+    delay: str = _doc("inference delay d the head guides with: measured (the largest over recent chunks of "
+                      "observation-to-publication time, in action rows) or fixed (rtc.delay_rows)", "measured")
+    delay_rows: int = _doc("fixed inference delay, action rows", 0)
+    delay_window: int = _doc("measured delay: the largest over this many recent chunks", 10)
+
+    def __post_init__(self) -> None:
+        from embodied_ros.heads.rtc import SCHEDULES
+
+        _check(self.schedule in SCHEDULES, f"rtc.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        _check(0 < self.max_guidance_weight < float("inf"),
+               f"rtc.max_guidance_weight must be a positive number, got {self.max_guidance_weight}")
+        _check(self.execution_horizon >= 0, f"rtc.execution_horizon must be >= 0 rows, got {self.execution_horizon}")
+        _check(self.delay in ("measured", "fixed"), f"rtc.delay must be measured or fixed, got {self.delay!r}")
+        _check(self.delay_rows >= 0, f"rtc.delay_rows must be >= 0, got {self.delay_rows}")
+        _check(self.delay_window >= 1, f"rtc.delay_window must be >= 1, got {self.delay_window}")
+
+    @property
+    def settings(self):
+        from embodied_ros.heads.rtc import RtcSettings
+
+        return RtcSettings(self.schedule, self.max_guidance_weight, self.execution_horizon)
 
 
 @dataclass(frozen=True)
@@ -179,6 +215,7 @@ class GraphConfig:
     inputs: InputsConfig = field(default_factory=InputsConfig)
     stages: StagesConfig = field(default_factory=StagesConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
+    rtc: RtcConfig = field(default_factory=RtcConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)

@@ -1,7 +1,11 @@
-"""Action head node: every action step, the flow solver over the newest prefix (and world prediction)."""
+"""Action head node: every action step, the flow solver over the newest prefix (and world prediction).
+
+With real-time chunking (`rtc.enabled`) each chunk continues the one it published last
+(deploy/continuation.py), solved while the controller still executes that one."""
 
 from __future__ import annotations
 
+from embodied_ros.deploy.continuation import ChunkContinuer, DelayEstimate
 from embodied_ros.graph.noise import stage_noise
 from embodied_ros.graph.topics import ACTION_CHUNK, stage_qos
 from embodied_ros.graph.transport import chunk_to_msg
@@ -16,16 +20,31 @@ class ActionNode(StageNode):
     def upstream_stages(self) -> tuple[str, ...]:
         return ("prefix", "world") if self.spec.has_world_model else ("prefix",)
 
+    def setup(self) -> None:
+        super().setup()
+        settings = self.config.rtc
+        self.continuer = None
+        if settings.enabled:
+            if not self.spec.real_time_chunking:
+                raise ValueError(f"rtc.enabled: the {self.spec.architecture} runtime has no real-time chunking")
+            delay = DelayEstimate(settings.delay_rows if settings.delay == "fixed" else None, settings.delay_window)
+            self.continuer = ChunkContinuer(settings.settings, delay)
+
     def make_output_publisher(self):
         return self.lifecycle_publisher(ActionChunk, ACTION_CHUNK, stage_qos(self.lockstep))
 
     def compute(self, step, inputs):
         noise_index = step if self.lockstep else self.sequence + 1
         noise = stage_noise(self.config.stages.noise_seed, "action", noise_index, self.spec.noise_shape)
-        return self.runtime.act(inputs["prefix"], inputs.get("world"), noise)
+        if self.continuer is None:
+            return self.runtime.act(inputs["prefix"], inputs.get("world"), noise)
+        continuation = self.continuer.continuation(inputs["prefix"].stamp_ns)
+        return self.runtime.act(inputs["prefix"], inputs.get("world"), noise, continuation)
 
     def publish_result(self, step, sequence, result, now_ns) -> None:
         self.output_publisher.publish(chunk_to_msg(result, now_ns))
+        if self.continuer is not None and result is not None:
+            self.continuer.published(result, now_ns)
 
 
 def main(args=None) -> None:

@@ -20,6 +20,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.deploy import ActionMapping, Command, CommandLogic, JointLimits, TimedChunk
+from embodied_ros.deploy.continuation import merge
 from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_array, joint_trajectory
 from embodied_ros.graph.schedule import LockstepGate
 from embodied_ros.graph.stats import PeriodStats, diagnostic_status, reason_kind, status_values
@@ -165,7 +166,11 @@ class ControllerNode(GraphNode):
         if command is None:
             return
         if self.config.controller.output == "joint_trajectory":
-            message = joint_trajectory(self.joint_names, command.positions, tick_ns, self.lead_ns)
+            points = command.positions
+            later = self.config.controller.trajectory_points - 1
+            if later and not command.holding:
+                points = np.vstack([points, self.logic.upcoming(command.target_ns, later)])
+            message = joint_trajectory(self.joint_names, points, tick_ns, self.lead_ns, self.period_ns)
         else:
             message = float64_multi_array(command.positions)
         self.command_publisher.publish(message)
@@ -181,6 +186,8 @@ class ControllerNode(GraphNode):
             columns = self.mapping.column_index(names)
             timed = TimedChunk(chunk.stamp_ns, seconds_to_ns(chunk.action_period_s),
                                np.asarray(chunk.actions, dtype=np.float64)[:, columns])
+            if self.config.rtc.enabled:
+                timed = merge(timed, now_ns)
         except ValueError as error:
             self.stats.record_error(f"action chunk: {error}")
             return

@@ -11,6 +11,7 @@ Stages, in data-flow order (each a node in the graph, each may run at its own pe
   predict_world world predictor: prefix -> predicted future world state
                 (None for models without one, e.g. pi0.5)                     (every N steps)
   act           head: prefix (+ world) + noise -> action chunk                (every step)
+                (+ continuation: the executing chunk's leftover, real-time chunking)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
+from embodied_ros.pipeline.types import ActionChunkResult, ChunkContinuation, Observation, StageResult
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class ModelSpec:
     noise_shape: tuple[int, ...]  # shape of the initial noise `act` takes
     world_noise_shape: tuple[int, ...] | None  # shape of the noise `predict_world` takes; None without a world model
     has_world_model: bool
+    real_time_chunking: bool = False  # `act` takes a ChunkContinuation (flow-matching heads)
 
 
 class Runtime(Protocol):
@@ -51,7 +53,8 @@ class Runtime(Protocol):
     def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None) -> StageResult | None: ...
 
     def act(
-        self, prefix: StageResult, world: StageResult | None, noise: np.ndarray | None = None
+        self, prefix: StageResult, world: StageResult | None, noise: np.ndarray | None = None,
+        continuation: ChunkContinuation | None = None,
     ) -> ActionChunkResult: ...
 
 

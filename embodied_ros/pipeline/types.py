@@ -7,9 +7,12 @@ carries the stamp of the observation it derives from, so staleness can be measur
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from embodied_ros.heads.rtc import RtcSettings
 
 
 @dataclass(frozen=True)
@@ -49,3 +52,12 @@ class ActionChunkResult:
     actions: np.ndarray  # (horizon, action_dim) float32
     action_period_s: float
     joint_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ChunkContinuation:
+    """What a new chunk continues (real-time chunking, deploy/continuation.py): the act stage's input."""
+
+    leftover: np.ndarray | None  # (rows, action_dim) physical units: the executing chunk at the new chunk's rows
+    delay_rows: int  # rows executed before the new chunk lands
+    settings: "RtcSettings"

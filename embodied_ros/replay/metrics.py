@@ -124,3 +124,53 @@ def staleness_stats(staleness_ms: Sequence[float], stale_after_ms: float) -> dic
     values = np.asarray(staleness_ms, dtype=np.float64)
     return {**distribution_ms(values), "stale_after_ms": float(stale_after_ms),
             "stale": int(np.sum(values > stale_after_ms))}
+
+
+def command_smoothness(stamps_ns: Sequence[int] | np.ndarray, positions: Sequence[np.ndarray] | np.ndarray,
+                       switches_ns: Sequence[int] | np.ndarray = (), joint_names: Sequence[str] = ()) -> dict:
+    """How smoothly the streamed commands move, above all where a new chunk takes over.
+
+    max_abs_step: the largest |command - previous command| over all joints; `at_switch` over the
+    steps across which a new chunk arrived (previous stamp < arrival <= stamp), `within_chunk` over
+    the others; the `mean_` values average each step's largest joint change. jerk: third derivative of the commands by finite differences over their stamps,
+    units / s^3 (max |.| and root mean square over all joints).
+    """
+    stamps = np.asarray(stamps_ns, dtype=np.int64).reshape(-1)
+    values = np.asarray(positions, dtype=np.float64)
+    values = values.reshape(len(stamps), -1) if len(stamps) else np.empty((0, 0))
+    order = np.argsort(stamps, kind="stable")
+    stamps, values = stamps[order], values[order]
+    steps = np.abs(np.diff(values, axis=0))  # (N - 1, J)
+    switches = np.sort(np.asarray(switches_ns, dtype=np.int64))
+    crossed = np.searchsorted(switches, stamps[1:], side="right") > np.searchsorted(switches, stamps[:-1],
+                                                                                     side="right")
+
+    def largest(rows: np.ndarray) -> float | None:
+        return float(rows.max()) if rows.size else None
+
+    def mean_largest(rows: np.ndarray) -> float | None:
+        return float(rows.max(axis=1).mean()) if rows.size else None
+
+    times_s = stamps / 1e9
+    derivative = values
+    spans = times_s
+    for _ in range(3):  # position -> velocity -> acceleration -> jerk, each at the midpoints of the last
+        gaps = np.diff(spans)
+        if gaps.size == 0 or np.any(gaps <= 0):
+            derivative = np.empty((0, values.shape[1]))
+            break
+        derivative = np.diff(derivative, axis=0) / gaps[:, None]
+        spans = (spans[1:] + spans[:-1]) / 2
+    names = list(joint_names) if len(joint_names) == values.shape[1] else [f"joint_{j}" for j in range(values.shape[1])]
+    return {
+        "count": int(len(stamps)),
+        "switches": int(crossed.sum()),
+        "max_abs_step": largest(steps),
+        "max_abs_step_at_switch": largest(steps[crossed]),
+        "max_abs_step_within_chunk": largest(steps[~crossed]),
+        "mean_abs_step_at_switch": mean_largest(steps[crossed]),
+        "mean_abs_step_within_chunk": mean_largest(steps[~crossed]),
+        "per_joint_max_abs_step": {name: largest(steps[:, j]) for j, name in enumerate(names)},
+        "jerk": {"max_abs": largest(np.abs(derivative)),
+                 "rms": float(np.sqrt(np.mean(derivative**2))) if derivative.size else None},
+    }

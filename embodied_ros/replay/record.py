@@ -14,8 +14,8 @@ from embodied_ros.pipeline.types import ActionChunkResult
 from embodied_ros.replay import messages as m
 from embodied_ros.replay.bag_writer import BagWriter
 from embodied_ros.replay.episode import Episode, JointSeries
-from embodied_ros.replay.metrics import (PredictedChunk, action_errors, distribution_ms, frame_usage,
-                                         period_stats, staleness_stats)
+from embodied_ros.replay.metrics import (PredictedChunk, action_errors, command_smoothness, distribution_ms,
+                                         frame_usage, period_stats, staleness_stats)
 from embodied_ros.replay.report import ReportSeries
 from embodied_ros.replay.topics import DEFAULT_TIMING, TopicMap
 
@@ -97,6 +97,8 @@ def compute_metrics(episode: Episode, record: ReplayRecord, *, stale_after_ms: f
         "staleness": staleness_stats(record.input_age_ms, stale_after_ms),
         "commands": {**period_stats(commands.stamps_ns if commands else [], command_period_s),
                      "count": len(record.commands)},
+        "smoothness": command_smoothness([t for t, _ in record.commands], [p for _, p in record.commands],
+                                         [t for t, _ in record.chunks], record.command_joints),
         "frames": frame_usage({c: s.stamps_ns for c, s in episode.cameras.items()}, record.used_frames),
         "refused_observations": {"count": len(record.refused),
                                  "first": [{"t_s": (t - episode.start_ns) / 1e9, "reason": r}

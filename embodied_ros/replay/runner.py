@@ -215,6 +215,12 @@ def summary_lines(result: ReplayResult) -> list[str]:
                      f"(max |error| {worst[1]['max_abs']:.3g}), {actions['compared_rows']} rows compared")
     else:
         lines.append(f"  actions not compared: {actions['reason']}")
+    smoothness = metrics["smoothness"]
+    if smoothness["max_abs_step"] is not None:
+        at_switch = smoothness["max_abs_step_at_switch"]
+        lines.append(f"  commands: max |step| {smoothness['max_abs_step']:.3g} (at chunk switches "
+                     f"{'-' if at_switch is None else format(at_switch, '.3g')}), "
+                     f"max |jerk| {smoothness['jerk']['max_abs'] or 0:.3g}/s^3")
     for note in metrics["bag"]["notes"]:
         lines.append(f"  partial: {note}")
     if metrics["refused_observations"]["count"]:

@@ -2,7 +2,8 @@
 
     image_tokens(images, camera_mask)                   SigLIP + projector, present cameras only
     build_prefix(image_tokens, camera_mask, tokens, token_mask)  -> PrefixCache (one LM pass)
-    sample_actions(cache, noise)                        Euler solve, every step reads the cache
+    sample_actions(cache, noise, guide)                 Euler solve, every step reads the cache
+                                                        (guide: real-time chunking, heads/rtc.py)
 
 Two prefix forms give the same actions: the compacted one (default) drops every padding row
 (missing cameras, padding tokens) before the LM runs, so no work is spent on rows nobody reads;
@@ -18,7 +19,7 @@ import numpy as np
 
 from embodied_ros.backbone import gemma, siglip
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
-from embodied_ros.heads import action_expert, flow
+from embodied_ros.heads import action_expert, flow, rtc
 from embodied_ros.kernels import KernelSet, reuse_freed_memory
 from embodied_ros.kernels.linear import pack_for_products
 from embodied_ros.kernels.quant import QuantTensor
@@ -145,7 +146,7 @@ class Pi05Model:
         return action_expert.velocity(self.ks, self.config.expert, self.weights, self.expert_layers, cache, x_t,
                                       self.step_conditioning[step], rope)
 
-    def sample_actions(self, cache: PrefixCache, noise: np.ndarray) -> np.ndarray:
+    def sample_actions(self, cache: PrefixCache, noise: np.ndarray, guide: rtc.Guidance | None = None) -> np.ndarray:
         """noise x(t=1) [C, A] -> x(t=0) [C, A] (model space, padded action width)."""
         expected = (self.config.chunk_size, self.config.max_action_dim)
         noise = np.asarray(noise, dtype=np.float32)
@@ -155,4 +156,4 @@ class Pi05Model:
             raise ValueError(f"prefix cache has {cache.num_layers} layers, the expert reads {self.config.expert.depth}")
         rope = self.suffix_rope(cache)
         return flow.euler_solve(lambda x, step: self.velocity(cache, x, step, rope), noise,
-                                self.config.num_inference_steps)
+                                self.config.num_inference_steps, guide)

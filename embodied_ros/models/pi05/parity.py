@@ -5,7 +5,11 @@ layout is described in test/data/pi05_tiny_checkpoint/README.md):
 
 model record     config.json + model.safetensors + cases.npz with, per case k, `case{k}_images`
                  (model order, [0, 1]), `_image_masks`, `_tokens`, `_token_mask`, `_noise` and
-                 model-space `_actions`.
+                 model-space `_actions`. A real-time chunking (RTC) record adds, per case,
+                 config.json `cases[k]` {rtc_config, inference_delay, prev_chunk_left_over, expect}
+                 and `case{k}_prev_chunk_left_over`; a chained case takes its leftover from this
+                 runtime's own output for the case it names, as a live loop would; a case that
+                 expects plain sampling must equal this runtime's plain sampling bit for bit.
 pipeline record  checkpoint/ (LeRobot save) + cases.json (tasks) + cases.npz with raw inputs:
                  `case{k}_{camera}_uint8` (absent = camera missing), `_state_raw`, `_noise` and
                  physical-unit `_actions`. Runs through the runtime's stages from the raw inputs.
@@ -28,6 +32,7 @@ from typing import Iterator
 
 import numpy as np
 
+from embodied_ros.heads import rtc
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
 
@@ -78,18 +83,51 @@ def recognizes_fixture(path: str | Path) -> bool:
 
 # ---- running cases -------------------------------------------------------------------------
 
+def rtc_case_settings(case: dict) -> rtc.RtcSettings | None:
+    """The RTC settings of a recorded case (LeRobot's RTCConfig); None when RTC is off."""
+    config = case.get("rtc_config")
+    if not config or not config.get("enabled", True):
+        return None
+    return rtc.RtcSettings(config["prefix_attention_schedule"].lower(), float(config["max_guidance_weight"]),
+                           int(config["execution_horizon"]))
+
+
+def rtc_case_leftover(case: dict, cases, k: int, outputs: dict[int, np.ndarray]) -> np.ndarray | None:
+    """The leftover of case k: recorded, or for a chained case this runtime's own earlier output."""
+    source = case.get("prev_chunk_left_over")
+    if source is None:
+        return None
+    if source.get("source") == "previous chain chunk":
+        leftover = outputs[source["case"]][source["rows_from"]:]
+        return rtc.fit_rows(leftover, source["normalized_to_rows"])
+    return cases[f"case{k}_prev_chunk_left_over"]
+
+
 def model_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResult]:
-    """Model-space record: images + tokens + noise -> actions, compared in model space."""
+    """Model-space record: images + tokens + noise (+ RTC leftover) -> actions, compared in model space."""
     model = runtime.model
+    recorded = json.loads((Path(folder) / "config.json").read_text()).get("cases", [])
+    outputs: dict[int, np.ndarray] = {}
     with np.load(Path(folder) / CASES_FILE) as cases:
         for k in range(_case_count(cases)):
             images = cases[f"case{k}_images"] * np.float32(2.0) - np.float32(1.0)
             camera_mask = cases[f"case{k}_image_masks"]
             tokens = model.image_tokens(images, camera_mask)
             cache = model.build_prefix(tokens, camera_mask, cases[f"case{k}_tokens"], cases[f"case{k}_token_mask"])
-            expected = cases[f"case{k}_actions"]
-            actions = model.sample_actions(cache, cases[f"case{k}_noise"])[:, : expected.shape[1]]
-            yield CaseResult(f"case{k}", float(np.abs(actions - expected).max()), tolerance)
+            expected, noise = cases[f"case{k}_actions"], cases[f"case{k}_noise"]
+            case = recorded[k] if k < len(recorded) and isinstance(recorded[k], dict) else {}
+            guide = None
+            if "rtc_config" in case:
+                guide = rtc.chunk_guidance(rtc_case_settings(case), rtc_case_leftover(case, cases, k, outputs),
+                                           int(case["inference_delay"]), noise.shape, model.config.num_inference_steps)
+            actions = model.sample_actions(cache, noise, guide)[:, : expected.shape[1]]
+            outputs[k] = actions
+            error, detail = float(np.abs(actions - expected).max()), ""
+            if case.get("expect") == "plain":
+                plain = model.sample_actions(cache, noise)[:, : expected.shape[1]]
+                if not np.array_equal(actions, plain):
+                    error, detail = float("inf"), "RTC no-op case differs from plain sampling"
+            yield CaseResult(f"case{k}", error, tolerance, detail)
 
 
 def pipeline_observation(cases, tasks: list[str], k: int, camera_names) -> Observation:
@@ -159,6 +197,9 @@ def reference_record(folder: Path, tolerance: float):
         raise ValueError(f"{folder}: not a pi0.5 record (needs {CASES_FILE} beside a checkpoint)")
     inputs, noise, expected, fields = {}, {}, {}, {"kind": kind}
     with np.load(folder / CASES_FILE) as cases:
+        if any(name.endswith("_prev_chunk_left_over") for name in cases.files):
+            raise ValueError(f"{folder}: a real-time chunking record cannot be a bundle's reference record "
+                             "(its actions depend on a leftover chunk); use a plain record")
         for k in range(_case_count(cases)):
             noise[f"case{k}"] = cases[f"case{k}_noise"]
             expected[f"case{k}"] = cases[f"case{k}_actions"]

@@ -3,7 +3,8 @@
     encode        images (uint8, any size) -> image tokens [N, T, D] + camera mask
     build_prefix  task text + state -> prompt -> token ids; image tokens + tokens -> prefix cache
     predict_world None (pi0.5 has no world model)
-    act           prefix cache + noise -> Euler solve -> actions in physical units
+    act           prefix cache + noise -> Euler solve -> actions in physical units; with a
+                  continuation, the solve is guided toward its leftover (heads/rtc.py)
 
 Stage results carry plain arrays. The prefix result's tensors are the cache's own arrays (keys,
 values, valid; plus the token ids, mask and raw state for diagnostics and relative actions), so
@@ -18,10 +19,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.backbone.prefix_cache import PrefixCache
+from embodied_ros.heads import rtc
 from embodied_ros.models.pi05.config import Pi05Config
 from embodied_ros.models.pi05.model import Pi05Model
 from embodied_ros.pipeline.stages import ModelSpec
-from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
+from embodied_ros.pipeline.types import ActionChunkResult, ChunkContinuation, Observation, StageResult
 from embodied_ros.sequence import prompt as prompts
 from embodied_ros.sequence.images import model_image
 from embodied_ros.sequence.normalize import QuantileStats
@@ -46,7 +48,7 @@ class Pi05Runtime:
             architecture="pi05", camera_names=config.camera_names, image_size=(size, size),
             state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
             action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
-            world_noise_shape=None, has_world_model=False)
+            world_noise_shape=None, has_world_model=False, real_time_chunking=True)
 
     @classmethod
     def from_parts(cls, config: Pi05Config, weights: Mapping[str, Any], tokenizer_model: bytes | None = None,
@@ -108,14 +110,22 @@ class Pi05Runtime:
     def draw_noise(self) -> np.ndarray:
         return self.noise_rng.standard_normal(self.spec.noise_shape, dtype=np.float32)
 
-    def act(self, prefix: StageResult, world: StageResult | None = None,
-            noise: np.ndarray | None = None) -> ActionChunkResult:
+    def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
+            continuation: ChunkContinuation | None = None) -> ActionChunkResult:
         if prefix.stage != "prefix":
             raise ValueError(f"act needs the prefix stage's result, got stage {prefix.stage!r}")
         cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise() if noise is None else noise
-        actions = self.model.sample_actions(cache, noise)[:, : self.config.action_dim]
-        actions = self.to_physical(actions, prefix.tensors.get("state"))
+        raw_state = prefix.tensors.get("state")
+        guide = None
+        if continuation is not None:
+            leftover = continuation.leftover
+            if leftover is not None:
+                leftover = self.to_model(leftover, raw_state)
+            guide = rtc.chunk_guidance(continuation.settings, leftover, continuation.delay_rows,
+                                       self.spec.noise_shape, self.config.num_inference_steps)
+        actions = self.model.sample_actions(cache, noise, guide)[:, : self.config.action_dim]
+        actions = self.to_physical(actions, raw_state)
         return ActionChunkResult(prefix.stamp_ns, actions, self.config.action_period_s, self.config.action_names)
 
     def to_physical(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
@@ -127,6 +137,21 @@ class Pi05Runtime:
                 raise ValueError("relative actions need the raw state of the observation")
             mask = np.array(self.config.relative_action_mask, dtype=np.float32)
             actions = actions + raw_state[: self.config.action_dim] * mask
+        return actions.astype(np.float32)
+
+    def to_model(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
+        """Physical actions [R, action_dim] -> model space, the inverse of `to_physical` for the
+        observation whose raw state is given (relative actions are taken from that state)."""
+        actions = np.asarray(actions, dtype=np.float32)
+        if actions.ndim != 2 or actions.shape[1] != self.config.action_dim:
+            raise ValueError(f"actions must be [rows, {self.config.action_dim}], got shape {actions.shape}")
+        if self.config.relative_action_mask:
+            if raw_state is None:
+                raise ValueError("relative actions need the raw state of the observation")
+            mask = np.array(self.config.relative_action_mask, dtype=np.float32)
+            actions = actions - raw_state[: self.config.action_dim] * mask
+        if self.action_stats is not None:
+            actions = self.action_stats.normalize(actions)
         return actions.astype(np.float32)
 
 
