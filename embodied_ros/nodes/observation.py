@@ -3,6 +3,8 @@
 Every step it checks each input (decodable, finite, fresh), publishes the Observation for the
 stages and an input status (diagnostic_msgs/DiagnosticStatus on embodied/input_status) that the
 controller holds on. Lock-step, step k's observation is made from the inputs stamped at step k.
+A publisher whose QoS cannot match an input's subscription is named (topic, policy, offered and
+requested) in the reason the input is missing, and in a warning.
 """
 
 from __future__ import annotations
@@ -11,17 +13,19 @@ import time
 from functools import partial
 
 from diagnostic_msgs.msg import DiagnosticStatus
+from rclpy.event_handler import QoSRequestedIncompatibleQoSInfo, QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks
+from rclpy.qos import DurabilityPolicy, QoSCompatibility, QoSPolicyKind, qos_check_compatible
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
 from embodied_ros.graph.stats import diagnostic_status
 from embodied_ros.graph.topics import (
-    INPUT_STATUS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, camera_topic, sensor_qos, stage_qos, status_qos,
-    stage_topic,
+    INPUT_STATUS, INSTRUCTION, INSTRUCTION_ANY_QOS, INSTRUCTION_QOS, JOINT_STATES, camera_topic, qos_mismatch,
+    sensor_qos, stage_qos, stage_topic, status_qos,
 )
 from embodied_ros.graph.transport import encode_output
 from embodied_ros.inputs import ImageConversion, InputBuffer, InputError, JointStateSelector, image_to_rgb8
-from embodied_ros.inputs.instruction import instruction_from_msg
+from embodied_ros.inputs.instruction import NewestPerPublisher, instruction_from_msg
 from embodied_ros.inputs.latest import InputSample
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import StageOutput
@@ -51,16 +55,22 @@ class ObservationNode(GraphNode):
         self.max_future_ns = seconds_to_ns(inputs.max_future_s)
         self.buffer = InputBuffer([*(_camera_input(c) for c in self.cameras), JOINT_STATES])
         self.instruction = ""
-        self.instruction_error: InputError | None = InputError("instruction: no message received yet")
+        self.instruction_error: InputError | None = InputError(f"{INSTRUCTION}: no message received yet")
+        self.instruction_deliveries = NewestPerPublisher()
+        self.instruction_received = False
+        self.latched_instruction = None  # made once a latched instruction publisher is seen
+        self.subscriptions_by_input = {}
         self.sequence = 0
         self.state_log = StateLog(self.get_logger(), initial="inputs ok")
         self.pending_steps: list[int] = []
         self._timer = None
         qos = sensor_qos(inputs.reliability, self.lockstep)
         for camera in self.cameras:
-            self.subscribe(Image, camera_topic(camera), partial(self._on_image, camera), qos)
-        self.subscribe(JointState, JOINT_STATES, self._on_joint_state, qos)
-        self.subscribe(String, INSTRUCTION, self._on_instruction, INSTRUCTION_QOS)
+            self._subscribe_input(_camera_input(camera), Image, camera_topic(camera), partial(self._on_image, camera),
+                                  qos)
+        self._subscribe_input(JOINT_STATES, JointState, JOINT_STATES, self._on_joint_state, qos)
+        self._subscribe_input(INSTRUCTION, String, INSTRUCTION, self._on_instruction, INSTRUCTION_ANY_QOS,
+                              matched=self._on_instruction_matched)
         self.output_publisher = self.lifecycle_publisher(StageOutput, stage_topic(self.stage), stage_qos(self.lockstep))
         self.status_publisher = self.lifecycle_publisher(DiagnosticStatus, INPUT_STATUS, status_qos(self.lockstep))
 
@@ -93,13 +103,52 @@ class ObservationNode(GraphNode):
         self.buffer.put(JOINT_STATES, sample)
         self._drain()
 
-    def _on_instruction(self, msg: String) -> None:
+    def _on_instruction(self, msg: String, info: dict) -> None:  # info: rclpy MessageInfo
+        publisher = info.get("publisher_gid") or {}
+        if not self.instruction_deliveries.is_new(bytes(publisher.get("data", b"")),
+                                                  info.get("publication_sequence_number")):
+            return  # a latched message that came by both subscriptions
+        self.instruction_received = True
         try:
             self.instruction, self.instruction_error = instruction_from_msg(msg, INSTRUCTION), None
         except InputError as error:
             self.instruction_error = error
         if self.active:
             self._publish_status(str(self.instruction_error or ""), step=None, stamp_ns=self.now_ns())
+
+    def _on_instruction_matched(self, event: QoSSubscriptionMatchedInfo) -> None:
+        """Once a latched publisher matches, subscribe latched too: it replays what it published before."""
+        if self.latched_instruction is not None or event.current_count_change <= 0:
+            return
+        topic = self.subscriptions_by_input[INSTRUCTION].topic_name
+        if any(info.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
+               for info in self.get_publishers_info_by_topic(topic)):
+            # its own mismatches (volatile publishers) are the volatile subscription's matches: nothing to report
+            ignore = SubscriptionEventCallbacks(incompatible_qos=lambda event: None)
+            self.latched_instruction = self.subscribe(String, INSTRUCTION, self._on_instruction, INSTRUCTION_QOS, ignore)
+
+    def _subscribe_input(self, name: str, msg_type, topic: str, callback, qos, matched=None) -> None:
+        events = SubscriptionEventCallbacks(incompatible_qos=partial(self._on_incompatible_qos, name), matched=matched)
+        self.subscriptions_by_input[name] = self.subscribe(msg_type, topic, callback, qos, events)
+
+    def _on_incompatible_qos(self, name: str, event: QoSRequestedIncompatibleQoSInfo) -> None:
+        """A publisher on the input's topic that can never reach it: say who, which policy, offered and requested."""
+        subscription = self.subscriptions_by_input[name]
+        requested = subscription.qos_profile
+        offending = [info for info in self.get_publishers_info_by_topic(subscription.topic_name)
+                     if qos_check_compatible(info.qos_profile, requested)[0] == QoSCompatibility.ERROR]
+        publisher = offending[-1] if offending else None
+        note = qos_mismatch(subscription.topic_name, event.last_policy_kind, requested,
+                            publisher.qos_profile if publisher else None,
+                            _node_path(publisher.node_namespace, publisher.node_name) if publisher else "")
+        if name != INSTRUCTION and not self.lockstep and event.last_policy_kind == QoSPolicyKind.RELIABILITY:
+            note += "; set inputs.reliability: best_effort to accept it"
+        self.get_logger().warning(f"{name}: {note}")
+        if name == INSTRUCTION:
+            if not self.instruction_received:
+                self.instruction_error = InputError(f"{INSTRUCTION}: no message received yet ({note})")
+        else:
+            self.buffer.note_silence(name, note)
 
     # free-running -------------------------------------------------------------------------------
 
@@ -186,6 +235,10 @@ class ObservationNode(GraphNode):
 def _camera_input(camera: str) -> str:
     """The camera's name in input errors and diagnostics."""
     return f"camera {camera}"
+
+
+def _node_path(namespace: str, name: str) -> str:
+    return f"{namespace.rstrip('/')}/{name}"
 
 
 def main(args=None) -> None:
