@@ -217,3 +217,17 @@ def test_a_best_effort_camera_against_reliable_inputs_is_named_with_the_setting_
         wait_for(lambda: graph.input_problem() == expected, 10, "the observation node to name the camera publisher")
     finally:
         graph.close()
+
+
+def test_a_mismatch_names_topic_policy_and_both_sides():
+    from rclpy.duration import Duration
+    from rclpy.qos import QoSPolicyKind
+
+    from embodied_ros.graph.topics import INSTRUCTION_ANY_QOS, qos_mismatch
+
+    assert qos_mismatch("/instruction", QoSPolicyKind.RELIABILITY, INSTRUCTION_ANY_QOS, qos_profile_sensor_data,
+                        "/ns/talker") == ("publisher /ns/talker on /instruction offers reliability best_effort; "
+                                          "the subscription requests reliable")
+    wants_deadline = QoSProfile(depth=1, deadline=Duration(seconds=0.5))
+    assert qos_mismatch("/joint_states", QoSPolicyKind.DEADLINE, wants_deadline) == (
+        "a publisher on /joint_states offers an incompatible deadline; the subscription requests 0.5 s")

@@ -83,11 +83,9 @@ def qos_mismatch(topic: str, policy: QoSPolicyKind, requested: QoSProfile, offer
                  publisher: str = "") -> str:
     """Why a publisher on `topic` cannot reach a subscription: the policy, what it offers, what is requested."""
     name = qos_policy_name_from_kind(policy).lower()
-    wanted = _policy_value(requested, name)
-    if offered is None:
-        return f"a publisher on {topic} offers an incompatible {name}; the subscription requests {wanted}"
-    return (f"publisher {publisher or '?'} on {topic} offers {name} {_policy_value(offered, name)}; "
-            f"the subscription requests {wanted}")
+    who = f"publisher {publisher}" if publisher else "a publisher"
+    offers = f"offers {name} {_policy_value(offered, name)}" if offered is not None else f"offers an incompatible {name}"
+    return f"{who} on {topic} {offers}; the subscription requests {_policy_value(requested, name)}"
 
 
 def _policy_value(profile: QoSProfile, policy_name: str) -> str:

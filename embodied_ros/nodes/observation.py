@@ -34,6 +34,8 @@ from embodied_ros.nodes.state_log import StateLog
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.pipeline.types import Observation
 
+UNKNOWN_NODE_NAME = "_NODE_NAME_UNKNOWN_"  # the middleware's name for an endpoint whose node is not known yet
+
 
 class ObservationNode(GraphNode):
     stage = "observation"
@@ -60,6 +62,7 @@ class ObservationNode(GraphNode):
         self.instruction_received = False
         self.latched_instruction = None  # made once a latched instruction publisher is seen
         self.subscriptions_by_input = {}
+        self.unnamed_mismatches: dict[str, QoSPolicyKind] = {}  # input -> policy, publisher's node not known yet
         self.sequence = 0
         self.state_log = StateLog(self.get_logger(), initial="inputs ok")
         self.pending_steps: list[int] = []
@@ -133,26 +136,52 @@ class ObservationNode(GraphNode):
 
     def _on_incompatible_qos(self, name: str, event: QoSRequestedIncompatibleQoSInfo) -> None:
         """A publisher on the input's topic that can never reach it: say who, which policy, offered and requested."""
+        note = self._explain_mismatch(name, event.last_policy_kind)
+        self.get_logger().warning(f"{name}: {note}")
+        self._note_mismatch(name, note)
+
+    def _name_unnamed_publishers(self) -> None:
+        """Discovery can learn a publisher's node name after its mismatch was reported: name it once known."""
+        for name, policy in list(self.unnamed_mismatches.items()):
+            if self._explains_silence(name):
+                self._note_mismatch(name, self._explain_mismatch(name, policy))
+            else:  # the input is flowing: nothing left to explain
+                del self.unnamed_mismatches[name]
+
+    def _explain_mismatch(self, name: str, policy: QoSPolicyKind) -> str:
+        """The mismatch in words; while the publisher's node is not known, it stays in `unnamed_mismatches`."""
         subscription = self.subscriptions_by_input[name]
         requested = subscription.qos_profile
         offending = [info for info in self.get_publishers_info_by_topic(subscription.topic_name)
                      if qos_check_compatible(info.qos_profile, requested)[0] == QoSCompatibility.ERROR]
         publisher = offending[-1] if offending else None
-        note = qos_mismatch(subscription.topic_name, event.last_policy_kind, requested,
-                            publisher.qos_profile if publisher else None,
-                            _node_path(publisher.node_namespace, publisher.node_name) if publisher else "")
-        if name != INSTRUCTION and not self.lockstep and event.last_policy_kind == QoSPolicyKind.RELIABILITY:
-            note += "; set inputs.reliability: best_effort to accept it"
-        self.get_logger().warning(f"{name}: {note}")
-        if name == INSTRUCTION:
-            if not self.instruction_received:
-                self.instruction_error = InputError(f"{INSTRUCTION}: no message received yet ({note})")
+        if publisher is not None and publisher.node_name != UNKNOWN_NODE_NAME:
+            self.unnamed_mismatches.pop(name, None)
+            note = qos_mismatch(subscription.topic_name, policy, requested, publisher.qos_profile,
+                                f"{publisher.node_namespace.rstrip('/')}/{publisher.node_name}")
         else:
+            self.unnamed_mismatches[name] = policy
+            note = qos_mismatch(subscription.topic_name, policy, requested,
+                                publisher.qos_profile if publisher is not None else None)
+        if name != INSTRUCTION and not self.lockstep and policy == QoSPolicyKind.RELIABILITY:
+            note += "; set inputs.reliability: best_effort to accept it"
+        return note
+
+    def _note_mismatch(self, name: str, note: str) -> None:
+        """Join the mismatch to the reason the input is missing or old, until a message of it arrives."""
+        if name != INSTRUCTION:
             self.buffer.note_silence(name, note)
+        elif not self.instruction_received:
+            self.instruction_error = InputError(f"{INSTRUCTION}: no message received yet ({note})")
+
+    def _explains_silence(self, name: str) -> bool:
+        return not self.instruction_received if name == INSTRUCTION else name in self.buffer.silence_notes
 
     # free-running -------------------------------------------------------------------------------
 
     def _on_timer(self) -> None:
+        if self.unnamed_mismatches:
+            self._name_unnamed_publishers()
         now_ns = self.now_ns()
         try:
             samples = self.buffer.newest_usable(self.buffer.names, now_ns, self.max_age_ns, self.max_future_ns)
@@ -235,10 +264,6 @@ class ObservationNode(GraphNode):
 def _camera_input(camera: str) -> str:
     """The camera's name in input errors and diagnostics."""
     return f"camera {camera}"
-
-
-def _node_path(namespace: str, name: str) -> str:
-    return f"{namespace.rstrip('/')}/{name}"
 
 
 def main(args=None) -> None:
