@@ -231,3 +231,36 @@ def test_a_mismatch_names_topic_policy_and_both_sides():
     wants_deadline = QoSProfile(depth=1, deadline=Duration(seconds=0.5))
     assert qos_mismatch("/joint_states", QoSPolicyKind.DEADLINE, wants_deadline) == (
         "a publisher on /joint_states offers an incompatible deadline; the subscription requests 0.5 s")
+
+
+def test_a_publisher_discovery_has_not_named_yet_is_named_once_it_is_known():
+    from types import SimpleNamespace
+
+    from rclpy.qos import QoSPolicyKind
+
+    from embodied_ros.graph.topics import INSTRUCTION_ANY_QOS
+    from embodied_ros.nodes.input_qos import UNKNOWN_NODE_NAME, InputMismatches
+
+    publisher = SimpleNamespace(node_name=UNKNOWN_NODE_NAME, node_namespace="_NODE_NAMESPACE_UNKNOWN_",
+                                qos_profile=qos_profile_sensor_data)
+    warnings, notes, made = [], [], {}
+    node = SimpleNamespace(get_publishers_info_by_topic=lambda topic: [publisher],
+                           get_logger=lambda: SimpleNamespace(warning=warnings.append))
+
+    def subscribe(msg_type, topic, callback, qos, events):
+        made["events"] = events
+        return SimpleNamespace(topic_name=f"/{topic}", qos_profile=qos)
+
+    mismatches = InputMismatches(node, subscribe, lambda name, text: notes.append((name, text)))
+    mismatches.subscribe("instruction", String, "instruction", print, INSTRUCTION_ANY_QOS)
+    made["events"].incompatible_qos(SimpleNamespace(last_policy_kind=QoSPolicyKind.RELIABILITY))
+    unnamed = "a publisher on /instruction offers reliability best_effort; the subscription requests reliable"
+    assert notes == [("instruction", unnamed)] and warnings == [f"instruction: {unnamed}"]
+    mismatches.name_unnamed(lambda name: True)  # discovery still does not know the node
+    assert notes[-1] == ("instruction", unnamed)
+    publisher.node_name, publisher.node_namespace = "talker", "/"
+    mismatches.name_unnamed(lambda name: True)
+    assert notes[-1] == ("instruction", "publisher /talker on /instruction offers reliability best_effort; "
+                                        "the subscription requests reliable")
+    mismatches.name_unnamed(lambda name: True)  # named: nothing more to say
+    assert len(notes) == 3 and len(warnings) == 1

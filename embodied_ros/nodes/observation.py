@@ -13,15 +13,15 @@ import time
 from functools import partial
 
 from diagnostic_msgs.msg import DiagnosticStatus
-from rclpy.event_handler import QoSRequestedIncompatibleQoSInfo, QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks
-from rclpy.qos import DurabilityPolicy, QoSCompatibility, QoSPolicyKind, qos_check_compatible
+from rclpy.event_handler import QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks
+from rclpy.qos import DurabilityPolicy, QoSPolicyKind
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
 from embodied_ros.graph.stats import diagnostic_status
 from embodied_ros.graph.topics import (
-    INPUT_STATUS, INSTRUCTION, INSTRUCTION_ANY_QOS, INSTRUCTION_QOS, JOINT_STATES, camera_topic, qos_mismatch,
-    sensor_qos, stage_qos, stage_topic, status_qos,
+    INPUT_STATUS, INSTRUCTION, INSTRUCTION_ANY_QOS, INSTRUCTION_QOS, JOINT_STATES, camera_topic, sensor_qos,
+    stage_qos, stage_topic, status_qos,
 )
 from embodied_ros.graph.transport import encode_output
 from embodied_ros.inputs import ImageConversion, InputBuffer, InputError, JointStateSelector, image_to_rgb8
@@ -30,11 +30,10 @@ from embodied_ros.inputs.latest import InputSample
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import StageOutput
 from embodied_ros.nodes.base import HARDWARE_ID, GraphNode
+from embodied_ros.nodes.input_qos import InputMismatches
 from embodied_ros.nodes.state_log import StateLog
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.pipeline.types import Observation
-
-UNKNOWN_NODE_NAME = "_NODE_NAME_UNKNOWN_"  # the middleware's name for an endpoint whose node is not known yet
 
 
 class ObservationNode(GraphNode):
@@ -61,19 +60,18 @@ class ObservationNode(GraphNode):
         self.instruction_deliveries = NewestPerPublisher()
         self.instruction_received = False
         self.latched_instruction = None  # made once a latched instruction publisher is seen
-        self.subscriptions_by_input = {}
-        self.unnamed_mismatches: dict[str, QoSPolicyKind] = {}  # input -> policy, publisher's node not known yet
+        self.mismatches = InputMismatches(self, self.subscribe, self._note_mismatch, self._mismatch_hint)
         self.sequence = 0
         self.state_log = StateLog(self.get_logger(), initial="inputs ok")
         self.pending_steps: list[int] = []
         self._timer = None
         qos = sensor_qos(inputs.reliability, self.lockstep)
         for camera in self.cameras:
-            self._subscribe_input(_camera_input(camera), Image, camera_topic(camera), partial(self._on_image, camera),
-                                  qos)
-        self._subscribe_input(JOINT_STATES, JointState, JOINT_STATES, self._on_joint_state, qos)
-        self._subscribe_input(INSTRUCTION, String, INSTRUCTION, self._on_instruction, INSTRUCTION_ANY_QOS,
-                              matched=self._on_instruction_matched)
+            self.mismatches.subscribe(_camera_input(camera), Image, camera_topic(camera),
+                                      partial(self._on_image, camera), qos)
+        self.mismatches.subscribe(JOINT_STATES, JointState, JOINT_STATES, self._on_joint_state, qos)
+        self.mismatches.subscribe(INSTRUCTION, String, INSTRUCTION, self._on_instruction, INSTRUCTION_ANY_QOS,
+                                  matched=self._on_instruction_matched)
         self.output_publisher = self.lifecycle_publisher(StageOutput, stage_topic(self.stage), stage_qos(self.lockstep))
         self.status_publisher = self.lifecycle_publisher(DiagnosticStatus, INPUT_STATUS, status_qos(self.lockstep))
 
@@ -123,65 +121,33 @@ class ObservationNode(GraphNode):
         """Once a latched publisher matches, subscribe latched too: it replays what it published before."""
         if self.latched_instruction is not None or event.current_count_change <= 0:
             return
-        topic = self.subscriptions_by_input[INSTRUCTION].topic_name
+        topic = self.mismatches.subscriptions[INSTRUCTION].topic_name
         if any(info.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
                for info in self.get_publishers_info_by_topic(topic)):
-            # its own mismatches (volatile publishers) are the volatile subscription's matches: nothing to report
-            ignore = SubscriptionEventCallbacks(incompatible_qos=lambda event: None)
-            self.latched_instruction = self.subscribe(String, INSTRUCTION, self._on_instruction, INSTRUCTION_QOS, ignore)
+            # a publisher this one cannot reach (volatile) reaches the first: nothing to report
+            quiet = SubscriptionEventCallbacks(incompatible_qos=lambda event: None)
+            self.latched_instruction = self.subscribe(String, INSTRUCTION, self._on_instruction, INSTRUCTION_QOS,
+                                                      quiet)
 
-    def _subscribe_input(self, name: str, msg_type, topic: str, callback, qos, matched=None) -> None:
-        events = SubscriptionEventCallbacks(incompatible_qos=partial(self._on_incompatible_qos, name), matched=matched)
-        self.subscriptions_by_input[name] = self.subscribe(msg_type, topic, callback, qos, events)
-
-    def _on_incompatible_qos(self, name: str, event: QoSRequestedIncompatibleQoSInfo) -> None:
-        """A publisher on the input's topic that can never reach it: say who, which policy, offered and requested."""
-        note = self._explain_mismatch(name, event.last_policy_kind)
-        self.get_logger().warning(f"{name}: {note}")
-        self._note_mismatch(name, note)
-
-    def _name_unnamed_publishers(self) -> None:
-        """Discovery can learn a publisher's node name after its mismatch was reported: name it once known."""
-        for name, policy in list(self.unnamed_mismatches.items()):
-            if self._explains_silence(name):
-                self._note_mismatch(name, self._explain_mismatch(name, policy))
-            else:  # the input is flowing: nothing left to explain
-                del self.unnamed_mismatches[name]
-
-    def _explain_mismatch(self, name: str, policy: QoSPolicyKind) -> str:
-        """The mismatch in words; while the publisher's node is not known, it stays in `unnamed_mismatches`."""
-        subscription = self.subscriptions_by_input[name]
-        requested = subscription.qos_profile
-        offending = [info for info in self.get_publishers_info_by_topic(subscription.topic_name)
-                     if qos_check_compatible(info.qos_profile, requested)[0] == QoSCompatibility.ERROR]
-        publisher = offending[-1] if offending else None
-        if publisher is not None and publisher.node_name != UNKNOWN_NODE_NAME:
-            self.unnamed_mismatches.pop(name, None)
-            note = qos_mismatch(subscription.topic_name, policy, requested, publisher.qos_profile,
-                                f"{publisher.node_namespace.rstrip('/')}/{publisher.node_name}")
-        else:
-            self.unnamed_mismatches[name] = policy
-            note = qos_mismatch(subscription.topic_name, policy, requested,
-                                publisher.qos_profile if publisher is not None else None)
-        if name != INSTRUCTION and not self.lockstep and policy == QoSPolicyKind.RELIABILITY:
-            note += "; set inputs.reliability: best_effort to accept it"
-        return note
-
-    def _note_mismatch(self, name: str, note: str) -> None:
-        """Join the mismatch to the reason the input is missing or old, until a message of it arrives."""
+    def _note_mismatch(self, name: str, explanation: str) -> None:
+        """Join a publisher that cannot reach the input to the reason it is missing or old, until it has a message."""
         if name != INSTRUCTION:
-            self.buffer.note_silence(name, note)
+            self.buffer.note_silence(name, explanation)
         elif not self.instruction_received:
-            self.instruction_error = InputError(f"{INSTRUCTION}: no message received yet ({note})")
+            self.instruction_error = InputError(f"{INSTRUCTION}: no message received yet ({explanation})")
 
-    def _explains_silence(self, name: str) -> bool:
+    def _mismatch_hint(self, name: str, policy: QoSPolicyKind) -> str:
+        if name != INSTRUCTION and not self.lockstep and policy == QoSPolicyKind.RELIABILITY:
+            return "set inputs.reliability: best_effort to accept it"
+        return ""
+
+    def _silent(self, name: str) -> bool:
         return not self.instruction_received if name == INSTRUCTION else name in self.buffer.silence_notes
 
     # free-running -------------------------------------------------------------------------------
 
     def _on_timer(self) -> None:
-        if self.unnamed_mismatches:
-            self._name_unnamed_publishers()
+        self.mismatches.name_unnamed(self._silent)
         now_ns = self.now_ns()
         try:
             samples = self.buffer.newest_usable(self.buffer.names, now_ns, self.max_age_ns, self.max_future_ns)
