@@ -50,7 +50,8 @@ def test_a_bundle_for_the_config_and_another_bundle_is_one_line():
 
 def test_a_bundle_of_a_family_without_a_shipped_config_says_to_use_bundle(tmp_path):
     toy = write_toy_bundle(tmp_path / "toy.gguf")
-    with pytest.raises(ValueError, match=rf"no config ships for its family '{ARCH}': give a config YAML with --bundle "):
+    with pytest.raises(ValueError, match=rf"no config ships for its family '{ARCH}': give a config YAML with "
+                                         rf"--bundle "):
         load_graph_config(str(toy), None, [])
 
 
@@ -60,7 +61,8 @@ def test_replay_takes_a_bundle_for_its_config_and_refuses_one_for_its_bag(capsys
     assert config.bundle == str(LINGBOT) and config.schedule.world == 3 and config.schedule.mode == "lockstep"
     assert len(said) == 1 and "lingbot_va.yaml" in said[0]
     assert main(["replay", str(PI05), "--no-progress"]) == 2
-    assert capsys.readouterr().err == f"replay: error: {PI05} is a model bundle, not a bag: replay BAG --bundle {PI05}\n"
+    assert capsys.readouterr().err == (f"replay: error: {PI05} is a model bundle, not a bag: "
+                                       f"replay BAG --bundle {PI05}\n")
 
 
 def test_a_file_that_is_no_yaml_config_is_one_line(tmp_path):

@@ -26,4 +26,5 @@ class BundleArchitectureError(BundleError):
 # A bundle without a tokenizer passes every check of its own (parity records hold their tokens), but a
 # graph cannot run it: every observation's instruction becomes tokens.
 NO_TOKENIZER = ("the bundle has no tokenizer, so the graph cannot turn an instruction into tokens; convert the "
-                "checkpoint again with its SentencePiece tokenizer.model beside the weights or given as --tokenizer FILE")
+                "checkpoint again with its SentencePiece tokenizer.model beside the weights or given as "
+                "--tokenizer FILE")

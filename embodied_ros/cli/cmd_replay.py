@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from embodied_ros.replay.runner import ReplayOptions, replay, summary_lines
 
     if starts_like_a_bundle(args.bag):
-        print(f"replay: error: {args.bag} is a model bundle, not a bag: replay BAG --bundle {args.bag}", file=sys.stderr)
+        print(f"replay: error: {args.bag} is a model bundle, not a bag: replay BAG --bundle {args.bag}",
+              file=sys.stderr)
         return 2
     out = Path(args.out or f"replay_{Path(args.bag).resolve().name}")
     try:

@@ -84,8 +84,8 @@ def qos_mismatch(topic: str, policy: QoSPolicyKind, requested: QoSProfile, offer
     """Why a publisher on `topic` cannot reach a subscription: the policy, what it offers, what is requested."""
     name = qos_policy_name_from_kind(policy).lower()
     who = f"publisher {publisher}" if publisher else "a publisher"
-    offers = f"offers {name} {_policy_value(offered, name)}" if offered is not None else f"offers an incompatible {name}"
-    return f"{who} on {topic} {offers}; the subscription requests {_policy_value(requested, name)}"
+    offered_value = f"{name} {_policy_value(offered, name)}" if offered is not None else f"an incompatible {name}"
+    return f"{who} on {topic} offers {offered_value}; the subscription requests {_policy_value(requested, name)}"
 
 
 def _policy_value(profile: QoSProfile, policy_name: str) -> str:
