@@ -8,6 +8,7 @@ from std_msgs.msg import String
 from embodied_ros.inputs import (
     InputBuffer, InputError, InstructionError, JointStateError, JointStateSelector, instruction_from_msg,
 )
+from embodied_ros.inputs.instruction import NewestPerPublisher
 from embodied_ros.inputs.latest import InputSample
 
 
@@ -101,3 +102,25 @@ def test_buffer_finds_samples_stamped_at_a_step():
     buffer.put("front", InputSample(stamp_ns=40, error=InputError("front: broken")))
     with pytest.raises(InputError, match="broken"):
         buffer.stamped_at(["front"], 40)
+
+
+def test_buffer_joins_a_silence_note_to_missing_and_old_inputs_until_the_next_message():
+    buffer = InputBuffer(["front"])
+    buffer.note_silence("front", "publisher /cam offers reliability best_effort")
+    with pytest.raises(InputError, match=r"^front: no message received yet \(publisher /cam offers reliability"):
+        buffer.newest_usable(["front"], now_ns=10, max_age_ns=5, max_future_ns=0)
+    buffer.put("front", InputSample(stamp_ns=100, value="image"))
+    with pytest.raises(InputError, match=r"^front: newest message is \d+ ms old \(limit 0 ms\)$"):
+        buffer.newest_usable(["front"], now_ns=100 + 60_000_000, max_age_ns=50, max_future_ns=0)
+    buffer.note_silence("front", "a publisher on /front offers an incompatible deadline")
+    with pytest.raises(InputError, match=r"ms\) \(a publisher on /front offers an incompatible deadline\)$"):
+        buffer.newest_usable(["front"], now_ns=100 + 60_000_000, max_age_ns=50, max_future_ns=0)
+
+
+def test_each_instruction_message_is_taken_once_and_never_an_older_one_after_it():
+    taken = NewestPerPublisher()
+    latched, other = b"\x01" * 16, b"\x02" * 16
+    assert taken.is_new(latched, 1) and not taken.is_new(latched, 1)  # the same message by its second way
+    assert taken.is_new(latched, 3) and not taken.is_new(latched, 2)  # replayed history after a newer message
+    assert taken.is_new(other, 1)  # sequence numbers count per publisher
+    assert taken.is_new(latched, None) and taken.is_new(latched, None)  # unnumbered: every message

@@ -21,3 +21,10 @@ class BundleIntegrityError(BundleError):
 
 class BundleArchitectureError(BundleError):
     """The bundle holds another model family than the one asked for."""
+
+
+# A bundle without a tokenizer passes every check of its own (parity records hold their tokens), but a
+# graph cannot run it: every observation's instruction becomes tokens.
+NO_TOKENIZER = ("the bundle has no tokenizer, so the graph cannot turn an instruction into tokens; convert the "
+                "checkpoint again with its SentencePiece tokenizer.model beside the weights or given as "
+                "--tokenizer FILE")

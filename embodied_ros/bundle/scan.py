@@ -25,6 +25,7 @@ _SCALAR_SIZES = {GGUFValueType.UINT8: 1, GGUFValueType.INT8: 1, GGUFValueType.BO
                  GGUFValueType.UINT32: 4, GGUFValueType.INT32: 4, GGUFValueType.FLOAT32: 4,
                  GGUFValueType.UINT64: 8, GGUFValueType.INT64: 8, GGUFValueType.FLOAT64: 8}
 _MAX_DIMS = 4  # ggml's limit
+MAGIC = struct.pack("<I", gguf.GGUF_MAGIC)  # b"GGUF": the first bytes of every bundle
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def scan(buffer: np.ndarray, path: Path) -> tuple[dict[str, int], list[TensorExt
     """Check the header's structure: -> (key -> value type, tensors in file order)."""
     cursor = _Cursor(memoryview(buffer).cast("B"), path)
     magic = bytes(cursor.take(4, "magic"))
-    if magic != struct.pack("<I", gguf.GGUF_MAGIC):
+    if magic != MAGIC:
         raise BundleFormatError(f"{path}: not a GGUF bundle (starts with {magic!r}, expected b'GGUF')")
     version = cursor.u32("version")
     if version != layout.GGUF_VERSION:
@@ -153,3 +154,12 @@ def _check_extents(infos, data_start: int, alignment: int, file_size: int, path:
             raise BundleFormatError(f"{path}: tensors {before.name!r} and {after.name!r} overlap "
                                     "(a shape or offset in the header is forged or corrupt)")
     return extents
+
+
+def starts_like_a_bundle(path: str | Path) -> bool:
+    """Whether `path` is a readable file beginning with the GGUF magic (a bundle, or a damaged one)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False

@@ -4,6 +4,7 @@ convert SOURCE OUT [--quant PLAN] [--reference DIR] [--arch ARCH] [--set KEY=VAL
     The model family whose converter recognizes SOURCE (or --arch) writes the bundle OUT. --set gives
     what the checkpoint cannot tell (head counts at unusual widths, joint names, action period).
     PLAN: "q4_k", or per weight group "vision=f32,lm=q8_0,expert=q4_k" (see bundle/plan.py).
+    A bundle written without a tokenizer gets a warning: it verifies, but a graph cannot run it.
 inspect BUNDLE [--tensors] [--no-digest]
     Architecture, format, config, weight types and sizes (per group), stats, tokenizer,
     reference record, digest.
@@ -63,6 +64,7 @@ def run(args) -> int:
 
 def _convert(args) -> int:
     from embodied_ros.bundle import QuantPlan, families, open_bundle
+    from embodied_ros.bundle.errors import NO_TOKENIZER
 
     try:
         plan = QuantPlan.parse(args.quant)
@@ -80,6 +82,8 @@ def _convert(args) -> int:
     weights = sum(bundle.tensor_info(name).nbytes for name in bundle.weight_names)
     print(f"wrote {args.output}: {bundle.architecture}, {len(bundle.weight_names)} weights, "
           f"{weights / 2 ** 20:.2f} MiB of weights, plan {bundle.quant_plan}")
+    if bundle.tokenizer_model is None:
+        print(f"bundle convert: warning: {args.output}: {NO_TOKENIZER}", file=sys.stderr)
     return 0
 
 

@@ -11,7 +11,8 @@ HELP = "replay a rosbag2 episode through the node graph and report actions vs re
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bag", help="rosbag2 directory (MCAP or sqlite3), or a .mcap / .db3 file; never modified")
     parser.add_argument("--bundle", help="model bundle (overrides the config's `bundle`)")
-    parser.add_argument("--config", help="graph config YAML (default: config/pi05.yaml)")
+    parser.add_argument("--config", help="graph config YAML (default: config/pi05.yaml); a model bundle here runs "
+                                         "on its family's config (config/<family>.yaml)")
     parser.add_argument("--mode", choices=("lockstep", "realtime"), default="lockstep",
                         help="lockstep: deterministic, step by step, as fast as it computes (default); "
                              "realtime: inputs at their recorded pace into the free-running graph")
@@ -36,33 +37,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
-def _config(args):
-    from pathlib import Path
-
-    import yaml
-
-    from embodied_ros.graph.config import load_config
-    from embodied_ros.graph.paths import default_config
-
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set needs KEY=VALUE, got {item!r}")
-        overrides[key] = yaml.safe_load(value)
-    if args.bundle:
-        overrides["bundle"] = str(Path(args.bundle).resolve())
-    return load_config(args.config or default_config(), overrides)
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from embodied_ros.bundle.scan import starts_like_a_bundle
+    from embodied_ros.cli.graph_config import load_graph_config
     from embodied_ros.replay.runner import ReplayOptions, replay, summary_lines
 
+    if starts_like_a_bundle(args.bag):
+        print(f"replay: error: {args.bag} is a model bundle, not a bag: replay BAG --bundle {args.bag}",
+              file=sys.stderr)
+        return 2
     out = Path(args.out or f"replay_{Path(args.bag).resolve().name}")
     try:
-        config = _config(args)
+        config = load_graph_config(args.config, args.bundle, args.set)
         options = ReplayOptions(mode=args.mode, topic_map=tuple(args.topic_map),
                                 allow_missing_cameras=args.allow_missing_cameras, max_steps=args.max_steps,
                                 max_gap_s=args.max_gap,

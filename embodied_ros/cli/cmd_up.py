@@ -9,7 +9,8 @@ HELP = "start the node graph (synthetic robot by default) and report rates, late
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", nargs="?", help="graph config YAML (default: config/pi05.yaml)")
+    parser.add_argument("config", nargs="?", help="graph config YAML (default: config/pi05.yaml); a model bundle "
+                                                  "here runs on its family's config (config/<family>.yaml)")
     parser.add_argument("--bundle", help="model bundle file (overrides the config's `bundle`)")
     parser.add_argument("--duration", type=float, default=10.0, metavar="S",
                         help="seconds to run after start-up; 0 runs until Ctrl-C (default 10)")
@@ -32,25 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import yaml
-
     from embodied_ros.bundle.errors import BundleError
-    from embodied_ros.graph.config import load_config
-    from embodied_ros.graph.paths import default_config
+    from embodied_ros.cli.graph_config import load_graph_config
     from embodied_ros.graph.up import format_report, run_up
 
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set needs KEY=VALUE, got {item!r}")
-        overrides[key] = yaml.safe_load(value)
-    if args.bundle:
-        overrides["bundle"] = str(Path(args.bundle).resolve())
-    if args.layout:
-        overrides["layout"] = args.layout
     try:
-        config = load_config(args.config or default_config(), overrides)
+        config = load_graph_config(args.config, args.bundle, args.set, {"layout": args.layout} if args.layout else {})
     except (ValueError, OSError) as error:
         raise SystemExit(f"embodied-ros up: {error}")
     try:

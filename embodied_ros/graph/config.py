@@ -240,7 +240,10 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
-        loaded = yaml.safe_load(path.read_text()) or {}
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (UnicodeDecodeError, yaml.YAMLError) as error:  # a binary file, or broken YAML
+            raise ValueError(f"{path}: not a YAML config: {' '.join(str(error).split())}") from None
         _check(isinstance(loaded, dict), f"{path}: the config must be a mapping, got {type(loaded).__name__}")
         values = loaded
         bundle = values.get("bundle")

@@ -31,6 +31,7 @@ class GraphMonitor(Node):
         self.command_arrivals: list[int] = []  # monotonic ns at arrival
         self.controller_message = ""
         self.input_problem = ""  # the observation node's newest complaint about the inputs
+        self.inputs_refused = False  # whether that complaint is the observation node's current state
         self.hold_reasons: Counter[str] = Counter()
         self.create_subscription(StageTiming, TIMING, self._on_timing, 200)
         self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 50)
@@ -56,9 +57,16 @@ class GraphMonitor(Node):
                     self.controller_message = status.message
                     if changed and status.message.startswith("holding: "):  # a new hold, not a new age
                         self.hold_reasons[reason_kind(status.message[len("holding: "):])] += 1
-            elif status.name.endswith(": observation") and status.level != DiagnosticStatus.OK:
+            elif status.name.endswith(": observation"):
                 with self.lock:
-                    self.input_problem = status.message
+                    self.inputs_refused = status.level == DiagnosticStatus.ERROR
+                    if self.inputs_refused:
+                        self.input_problem = status.message
+
+    def current_input_problem(self) -> str:
+        """The observation node's reason for refusing its inputs, while it refuses them; "" otherwise."""
+        with self.lock:
+            return self.input_problem if self.inputs_refused else ""
 
     def first_chunk_s(self, since_s: float) -> float | None:
         """Seconds from `since_s` (monotonic) to the first action chunk's timing; None if none came."""

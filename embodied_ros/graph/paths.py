@@ -42,3 +42,11 @@ def using_dds_environment():
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def family_config(architecture: str) -> Path | None:
+    """The config shipped for a model family (config/<architecture>.yaml), or None if none ships."""
+    try:
+        return share_path("config", f"{architecture}.yaml")
+    except FileNotFoundError:
+        return None

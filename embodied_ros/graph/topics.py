@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from enum import Enum
+
+from rclpy.duration import Duration, Infinite
+from rclpy.qos import (
+    DurabilityPolicy, HistoryPolicy, QoSPolicyKind, QoSProfile, ReliabilityPolicy, qos_policy_name_from_kind,
+)
 
 JOINT_STATES = "joint_states"
 INSTRUCTION = "instruction"
@@ -71,6 +76,30 @@ def timing_qos(lockstep: bool) -> QoSProfile:
     return lockstep_qos(depth=100) if lockstep else _profile(depth=100)
 
 
-INSTRUCTION_QOS = _profile(depth=1, latched=True)  # late joiners still get the current task
+# The instruction is taken from volatile and latched publishers alike (INSTRUCTION_ANY_QOS); once a latched
+# one is seen, a second subscription with INSTRUCTION_QOS also receives what it published before the graph
+# came up. The graph's own instruction publishers are latched: late joiners still get the current task.
+INSTRUCTION_QOS = _profile(depth=1, latched=True)
+INSTRUCTION_ANY_QOS = _profile(depth=1)
 DIAGNOSTICS_QOS = _profile(depth=10)
 CLOCK_QOS = lockstep_qos(depth=100)
+
+
+def qos_mismatch(topic: str, policy: QoSPolicyKind, requested: QoSProfile, offered: QoSProfile | None = None,
+                 publisher: str = "") -> str:
+    """Why a publisher on `topic` cannot reach a subscription: the policy, what it offers, what is requested."""
+    name = qos_policy_name_from_kind(policy).lower()
+    who = f"publisher {publisher}" if publisher else "a publisher"
+    offered_value = f"{name} {_policy_value(offered, name)}" if offered is not None else f"an incompatible {name}"
+    return f"{who} on {topic} offers {offered_value}; the subscription requests {_policy_value(requested, name)}"
+
+
+def _policy_value(profile: QoSProfile, policy_name: str) -> str:
+    value = getattr(profile, policy_name, None)
+    if isinstance(value, Enum):
+        return value.name.lower()
+    if isinstance(value, Duration):
+        if value == Infinite or value.nanoseconds == 0:  # 0: unset, the middleware's default (infinite)
+            return "infinite"
+        return f"{value.nanoseconds / 1e9:g} s"
+    return "?" if value is None else str(value)

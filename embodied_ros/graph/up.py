@@ -133,7 +133,8 @@ def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, sta
 
 def live_line(monitor: GraphMonitor, elapsed_s: float, window_s: float) -> str:
     """One line per period: each stage's rate and compute time (p50), the chunk age, the command
-    stream's rate and period error (p99, on arrival), the controller's state; over the last `window_s`."""
+    stream's rate and period error (p99, on arrival), the controller's state and, while the observation node
+    refuses its inputs, why; over the last `window_s`."""
     since = time.monotonic() - window_s
     stages = monitor.stage_summary(since)
     parts = [f"{elapsed_s:6.1f}s"]
@@ -144,6 +145,8 @@ def live_line(monitor: GraphMonitor, elapsed_s: float, window_s: float) -> str:
     commands = monitor.command_summary(time.monotonic_ns() - int(window_s * 1e9))
     parts.append(f"cmd {commands['rate_hz']:.1f}Hz period err p99 {_ms(commands['arrival_period_error_ms_p99'], 1)}")
     parts.append(f"controller: {monitor.controller_message or '-'}")
+    if problem := monitor.current_input_problem():
+        parts.append(f"inputs: {problem}")
     return " | ".join(parts)
 
 

@@ -23,6 +23,7 @@ class InputSample:
 class InputBuffer:
     def __init__(self, names: Iterable[str], keep: int = 8):
         self._samples: dict[str, deque[InputSample]] = {name: deque(maxlen=keep) for name in names}
+        self._silence_notes: dict[str, str] = {}  # input -> a likely cause of its silence, until it speaks again
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -30,6 +31,16 @@ class InputBuffer:
 
     def put(self, name: str, sample: InputSample) -> None:
         self._samples[name].append(sample)
+        self._silence_notes.pop(name, None)
+
+    def note_silence(self, name: str, note: str) -> None:
+        """Join `note` (e.g. a publisher that cannot be matched) to the reason this input is missing or old,
+        until its next message."""
+        self._silence_notes[name] = note
+
+    @property
+    def silence_notes(self) -> dict[str, str]:
+        return dict(self._silence_notes)
 
     def latest(self, name: str) -> InputSample | None:
         samples = self._samples[name]
@@ -42,14 +53,15 @@ class InputBuffer:
         chosen = {}
         for name in names:
             sample = self.latest(name)
+            note = f" ({self._silence_notes[name]})" if name in self._silence_notes else ""
             if sample is None:
-                raise InputError(f"{name}: no message received yet")
+                raise InputError(f"{name}: no message received yet{note}")
             if sample.error is not None:
                 raise sample.error
             age_ns = now_ns - sample.stamp_ns
             if age_ns > max_age_ns:
                 raise InputError(
-                    f"{name}: newest message is {age_ns / 1e6:.0f} ms old (limit {max_age_ns / 1e6:.0f} ms)"
+                    f"{name}: newest message is {age_ns / 1e6:.0f} ms old (limit {max_age_ns / 1e6:.0f} ms){note}"
                 )
             if -age_ns > max_future_ns:
                 raise InputError(f"{name}: newest message is stamped {-age_ns / 1e6:.0f} ms in the future (limit "

@@ -121,8 +121,9 @@ class GraphNode(LifecycleNode):
         self._entities.append((self.destroy_lifecycle_publisher, publisher))
         return publisher
 
-    def subscribe(self, msg_type, topic: str, callback, qos):
-        subscription = self.create_subscription(msg_type, topic, callback, qos, callback_group=self.work_group)
+    def subscribe(self, msg_type, topic: str, callback, qos, event_callbacks=None):
+        subscription = self.create_subscription(msg_type, topic, callback, qos, callback_group=self.work_group,
+                                                event_callbacks=event_callbacks)
         self._entities.append((self.destroy_subscription, subscription))
         return subscription
 

@@ -3,6 +3,8 @@
 Every step it checks each input (decodable, finite, fresh), publishes the Observation for the
 stages and an input status (diagnostic_msgs/DiagnosticStatus on embodied/input_status) that the
 controller holds on. Lock-step, step k's observation is made from the inputs stamped at step k.
+A publisher whose QoS cannot match an input's subscription is named (topic, policy, offered and
+requested) in the reason the input is missing, and in a warning.
 """
 
 from __future__ import annotations
@@ -11,21 +13,24 @@ import time
 from functools import partial
 
 from diagnostic_msgs.msg import DiagnosticStatus
+from rclpy.event_handler import QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks
+from rclpy.qos import DurabilityPolicy, QoSPolicyKind
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
 from embodied_ros.graph.stats import diagnostic_status
 from embodied_ros.graph.topics import (
-    INPUT_STATUS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, camera_topic, sensor_qos, stage_qos, status_qos,
-    stage_topic,
+    INPUT_STATUS, INSTRUCTION, INSTRUCTION_ANY_QOS, INSTRUCTION_QOS, JOINT_STATES, camera_topic, sensor_qos,
+    stage_qos, stage_topic, status_qos,
 )
 from embodied_ros.graph.transport import encode_output
 from embodied_ros.inputs import ImageConversion, InputBuffer, InputError, JointStateSelector, image_to_rgb8
-from embodied_ros.inputs.instruction import instruction_from_msg
+from embodied_ros.inputs.instruction import NewestPerPublisher, instruction_from_msg
 from embodied_ros.inputs.latest import InputSample
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import StageOutput
 from embodied_ros.nodes.base import HARDWARE_ID, GraphNode
+from embodied_ros.nodes.input_qos import InputMismatches
 from embodied_ros.nodes.state_log import StateLog
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.pipeline.types import Observation
@@ -51,16 +56,22 @@ class ObservationNode(GraphNode):
         self.max_future_ns = seconds_to_ns(inputs.max_future_s)
         self.buffer = InputBuffer([*(_camera_input(c) for c in self.cameras), JOINT_STATES])
         self.instruction = ""
-        self.instruction_error: InputError | None = InputError("instruction: no message received yet")
+        self.instruction_error: InputError | None = InputError(f"{INSTRUCTION}: no message received yet")
+        self.instruction_deliveries = NewestPerPublisher()
+        self.instruction_received = False
+        self.latched_instruction = None  # made once a latched instruction publisher is seen
+        self.mismatches = InputMismatches(self, self.subscribe, self._note_mismatch, self._mismatch_hint)
         self.sequence = 0
         self.state_log = StateLog(self.get_logger(), initial="inputs ok")
         self.pending_steps: list[int] = []
         self._timer = None
         qos = sensor_qos(inputs.reliability, self.lockstep)
         for camera in self.cameras:
-            self.subscribe(Image, camera_topic(camera), partial(self._on_image, camera), qos)
-        self.subscribe(JointState, JOINT_STATES, self._on_joint_state, qos)
-        self.subscribe(String, INSTRUCTION, self._on_instruction, INSTRUCTION_QOS)
+            self.mismatches.subscribe(_camera_input(camera), Image, camera_topic(camera),
+                                      partial(self._on_image, camera), qos)
+        self.mismatches.subscribe(JOINT_STATES, JointState, JOINT_STATES, self._on_joint_state, qos)
+        self.mismatches.subscribe(INSTRUCTION, String, INSTRUCTION, self._on_instruction, INSTRUCTION_ANY_QOS,
+                                  matched=self._on_instruction_matched)
         self.output_publisher = self.lifecycle_publisher(StageOutput, stage_topic(self.stage), stage_qos(self.lockstep))
         self.status_publisher = self.lifecycle_publisher(DiagnosticStatus, INPUT_STATUS, status_qos(self.lockstep))
 
@@ -93,7 +104,12 @@ class ObservationNode(GraphNode):
         self.buffer.put(JOINT_STATES, sample)
         self._drain()
 
-    def _on_instruction(self, msg: String) -> None:
+    def _on_instruction(self, msg: String, info: dict) -> None:  # info: rclpy MessageInfo
+        publisher = info.get("publisher_gid") or {}
+        if not self.instruction_deliveries.is_new(bytes(publisher.get("data", b"")),
+                                                  info.get("publication_sequence_number")):
+            return  # a latched message that came by both subscriptions
+        self.instruction_received = True
         try:
             self.instruction, self.instruction_error = instruction_from_msg(msg, INSTRUCTION), None
         except InputError as error:
@@ -101,9 +117,37 @@ class ObservationNode(GraphNode):
         if self.active:
             self._publish_status(str(self.instruction_error or ""), step=None, stamp_ns=self.now_ns())
 
+    def _on_instruction_matched(self, event: QoSSubscriptionMatchedInfo) -> None:
+        """Once a latched publisher matches, subscribe latched too: it replays what it published before."""
+        if self.latched_instruction is not None or event.current_count_change <= 0:
+            return
+        topic = self.mismatches.subscriptions[INSTRUCTION].topic_name
+        if any(info.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
+               for info in self.get_publishers_info_by_topic(topic)):
+            # a publisher this one cannot reach (volatile) reaches the first: nothing to report
+            quiet = SubscriptionEventCallbacks(incompatible_qos=lambda event: None)
+            self.latched_instruction = self.subscribe(String, INSTRUCTION, self._on_instruction, INSTRUCTION_QOS,
+                                                      quiet)
+
+    def _note_mismatch(self, name: str, explanation: str) -> None:
+        """Join a publisher that cannot reach the input to the reason it is missing or old, until it has a message."""
+        if name != INSTRUCTION:
+            self.buffer.note_silence(name, explanation)
+        elif not self.instruction_received:
+            self.instruction_error = InputError(f"{INSTRUCTION}: no message received yet ({explanation})")
+
+    def _mismatch_hint(self, name: str, policy: QoSPolicyKind) -> str:
+        if name != INSTRUCTION and not self.lockstep and policy == QoSPolicyKind.RELIABILITY:
+            return "set inputs.reliability: best_effort to accept it"
+        return ""
+
+    def _silent(self, name: str) -> bool:
+        return not self.instruction_received if name == INSTRUCTION else name in self.buffer.silence_notes
+
     # free-running -------------------------------------------------------------------------------
 
     def _on_timer(self) -> None:
+        self.mismatches.name_unnamed(self._silent)
         now_ns = self.now_ns()
         try:
             samples = self.buffer.newest_usable(self.buffer.names, now_ns, self.max_age_ns, self.max_future_ns)

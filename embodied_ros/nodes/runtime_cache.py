@@ -28,10 +28,21 @@ def acquire_runtime(config: GraphConfig) -> Runtime:
     with _lock:
         key = (bundle, backend)
         if key not in _runtimes:
+            check_drives_the_graph(bundle)
             runtime = load_runtime(bundle, backend)
             warm_up(runtime)
             _runtimes[key] = runtime
         return _runtimes[key]
+
+
+def check_drives_the_graph(bundle_path: str) -> None:
+    """BundleError (one line, before anything loads) for a bundle the graph cannot run: one without a
+    tokenizer, since every observation's instruction becomes tokens of the prefix."""
+    from embodied_ros.bundle import BundleError, open_bundle
+    from embodied_ros.bundle.errors import NO_TOKENIZER
+
+    if open_bundle(bundle_path, verify_digest=False).tokenizer_model is None:
+        raise BundleError(f"{bundle_path}: {NO_TOKENIZER}")
 
 
 def warm_up(runtime: Runtime) -> None:
