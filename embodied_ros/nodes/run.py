@@ -3,12 +3,27 @@ start-up sequence used by the composed container."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Iterable
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+from rclpy.utilities import remove_ros_args
+
+from embodied_ros.graph.spinning import spin_until_shutdown
+
+
+def parse_node_arguments(node_class, argv: list[str]) -> None:
+    """A node takes only ROS arguments: `--help` describes the node and exits, anything else is refused."""
+    summary = (sys.modules[node_class.__module__].__doc__ or "").strip().partition("\n")[0]
+    parser = argparse.ArgumentParser(
+        prog=f"embodied-ros-{node_class.stage}", description=summary,
+        epilog="Settings are ROS parameters, e.g. --ros-args -p bundle:=model.gguf -p autostart:=true "
+               "(every graph setting: `ros2 param describe`, docs/graph.md). Without autostart a lifecycle "
+               "manager (launch, `ros2 lifecycle set`) configures and activates the node.")
+    parser.parse_args(remove_ros_args(argv)[1:])
 
 
 def bring_up(nodes: Iterable[LifecycleNode]) -> list[str]:
@@ -25,7 +40,9 @@ def bring_up(nodes: Iterable[LifecycleNode]) -> list[str]:
 
 def run_node(node_class, args=None) -> None:
     """Spin one node until shutdown; with the `autostart` parameter it configures and activates itself."""
-    rclpy.init(args=args)
+    argv = sys.argv if args is None else args
+    parse_node_arguments(node_class, argv)
+    rclpy.init(args=argv)
     node = node_class()
     try:
         if node.get_parameter("autostart").value and bring_up([node]):
@@ -33,8 +50,8 @@ def run_node(node_class, args=None) -> None:
             sys.exit(1)
         executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
         executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
+        spin_until_shutdown(executor)
+    except KeyboardInterrupt:
         pass
     finally:
         node.destroy_node()
