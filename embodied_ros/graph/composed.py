@@ -11,6 +11,7 @@ from typing import Sequence
 
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.lifecycle import TransitionCallbackReturn
 
 from embodied_ros.graph.config import GraphConfig
 from embodied_ros.graph.spinning import SpinThread
@@ -75,14 +76,18 @@ class ComposedGraph:
             self.stop()
             raise RuntimeError(f"graph nodes failed to start: {failed} (their log says why)")
 
-    def stop(self) -> None:
-        if self.context.ok():  # after Ctrl-C the context is gone and so are transitions
-            for node in reversed(list(self.nodes.values())):
-                if node.active:
-                    node.trigger_deactivate()
+    def stop(self) -> list[str]:
+        """Deactivate the active nodes, controller first (it leaves the arm holding), then destroy
+        every node; the names of the nodes whose deactivation failed."""
+        failed = []
+        for name, node in reversed(self.nodes.items()):
+            # a context already shut down has no transitions left: the node stays active
+            if node.active and (not self.context.ok() or node.trigger_deactivate() != TransitionCallbackReturn.SUCCESS):
+                failed.append(name)
         for spinner in self._spinners:
             spinner.stop()
         for node in self.nodes.values():
             node.destroy_node()
         self.nodes.clear()
         self._spinners.clear()
+        return failed
