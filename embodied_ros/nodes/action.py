@@ -13,9 +13,6 @@ class ActionNode(StageNode):
     stage = "action"
     runs_on_unchanged_input = True
 
-    def upstream_stages(self) -> tuple[str, ...]:
-        return ("prefix", "world") if self.spec.has_world_model else ("prefix",)
-
     def make_output_publisher(self):
         return self.lifecycle_publisher(ActionChunk, ACTION_CHUNK, stage_qos(self.lockstep))
 

@@ -12,14 +12,16 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.utilities import remove_ros_args
 
+from embodied_ros.graph.node_table import NODE_NAMES, node_spec
 from embodied_ros.graph.spinning import spin_until_shutdown
 
 
 def parse_node_arguments(node_class, argv: list[str]) -> None:
     """A node takes only ROS arguments: `--help` describes the node and exits, anything else is refused."""
     summary = (sys.modules[node_class.__module__].__doc__ or "").strip().partition("\n")[0]
+    listed = node_class.stage in NODE_NAMES
     parser = argparse.ArgumentParser(
-        prog=f"embodied-ros-{node_class.stage}", description=summary,
+        prog=node_spec(node_class.stage).executable if listed else node_class.stage, description=summary,
         epilog="Settings are ROS parameters, e.g. --ros-args -p bundle:=model.gguf -p autostart:=true "
                "(every graph setting: `ros2 param describe`, docs/graph.md). Without autostart a lifecycle "
                "manager (launch, `ros2 lifecycle set`) configures and activates the node.")

@@ -20,7 +20,7 @@ class WorldNode(StageNode):
     stage = "world"
 
     def upstream_stages(self) -> tuple[str, ...]:
-        return ("prefix",) if self.spec.has_world_model else ()
+        return super().upstream_stages() if self.spec.has_world_model else ()
 
     def start(self) -> None:
         if self.spec.has_world_model:
