@@ -90,3 +90,8 @@ def test_launch_file_builds_lifecycle_nodes_with_configure_and_activate(monkeypa
     context["layout"] = "composed"
     [container] = opaque.kwargs["function"](context)
     assert type(container).__name__ == "Node" and container.kwargs["executable"] == "embodied-ros-container"
+    failed = types.SimpleNamespace(returncode=1, process_name="embodied-ros-container-1")
+    with pytest.raises(RuntimeError, match="embodied-ros-container-1 exited with status 1"):
+        container.kwargs["on_exit"](failed, None)  # launch turns the exception into its exit status 1
+    assert container.kwargs["on_exit"](types.SimpleNamespace(returncode=0, process_name="c"), None) is None
+    assert all(node.kwargs["on_exit"] is container.kwargs["on_exit"] for node in nodes)
