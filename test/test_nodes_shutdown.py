@@ -1,6 +1,6 @@
-"""Processes of the graph end as a ROS user expects: the composed container deactivates every node
-(the controller leaves the arm holding) however many SIGINTs and SIGTERMs arrive; a node process
-whose callback meets the context closed by Ctrl-C exits 0 without a traceback; a missing bundle
+"""Processes of the graph end as a ROS user expects: the composed container and a node process
+deactivate their nodes (the controller leaves the arm holding) however many SIGINTs and SIGTERMs
+arrive; a node process whose callback meets a closed context exits 0 without a traceback; a missing bundle
 ends the container with one line and exit status 1; every console script answers --help."""
 
 import configparser
@@ -74,6 +74,26 @@ def test_container_deactivates_every_node_through_a_burst_of_interrupts(ros_doma
         text = output.finish()
         assert code == 0, text
         assert "every node deactivated" in text, text
+        assert not [error for error in TRANSITION_ERRORS if error in text], text
+
+
+def test_node_process_deactivates_through_a_burst_of_interrupts(ros_domain_id):
+    command = [sys.executable, "-m", "embodied_ros.nodes.controller", "--ros-args", "-p", "autostart:=true"]
+    for burst in ([signal.SIGINT], [signal.SIGINT, signal.SIGTERM, signal.SIGINT]):
+        process = subprocess.Popen(command, env=_environment(ros_domain_id), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        output = _Output(process)
+        try:
+            assert output.wait_for("waiting for the first action chunk", 60), output.text
+            for number in burst:
+                process.send_signal(number)
+                time.sleep(0.01)
+            code = process.wait(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        text = output.finish()
+        assert code == 0 and "[controller]: deactivated" in text, text
         assert not [error for error in TRANSITION_ERRORS if error in text], text
 
 

@@ -11,24 +11,21 @@ every node. The container configures and activates its nodes itself. A graph tha
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 
 import rclpy
 import rclpy.logging
 import yaml
-from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 
 from embodied_ros.graph.composed import ComposedGraph
 from embodied_ros.graph.config import GraphConfig, load_config
 from embodied_ros.graph.paths import default_config
-from embodied_ros.graph.spinning import interrupts_ignored
+from embodied_ros.nodes.run import ignore_ending_signals, stopped_by_signals
 from embodied_ros.pipeline.stages import Runtime
 
 PROG = "embodied-ros-container"
-ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # launch stops a process with SIGINT, then SIGTERM
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
@@ -55,32 +52,26 @@ def main(args=None) -> None:
 def serve(config: GraphConfig, argv: list[str], runtime: Runtime | None = None) -> None:
     """Run the composed graph until SIGINT or SIGTERM, then deactivate every node (the controller
     leaves the arm holding) before the context goes down. `runtime`: an already loaded one."""
-    # rclpy's own handlers would shut the context down from their thread at the first Ctrl-C,
-    # racing the deactivation below; here a signal only ends the wait
-    rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
-    previous = {number: signal.signal(number, signal.default_int_handler) for number in ENDING_SIGNALS}
-    logger = rclpy.logging.get_logger(PROG)
-    graph = ComposedGraph(config, context=rclpy.get_default_context(), runtime=runtime)
     failure = ""
-    try:
-        graph.start()
-        logger.info(f"graph active: {', '.join(graph.nodes)}")
-        while rclpy.ok():
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
-    except (OSError, ValueError, RuntimeError) as error:
-        failure = _one_line(error)
-    finally:
-        with interrupts_ignored():  # launch's SIGINT, then its escalation, must not cut the teardown short
+    with stopped_by_signals(argv):
+        logger = rclpy.logging.get_logger(PROG)
+        graph = ComposedGraph(config, context=rclpy.get_default_context(), runtime=runtime)
+        try:
+            graph.start()
+            logger.info(f"graph active: {', '.join(graph.nodes)}")
+            while rclpy.ok():
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+        except (OSError, ValueError, RuntimeError) as error:
+            failure = _one_line(error)
+        finally:
+            ignore_ending_signals()
             not_deactivated = graph.stop()
             if not_deactivated:
                 logger.error(f"could not deactivate {not_deactivated}")
             elif not failure:
                 logger.info("every node deactivated")
-            rclpy.try_shutdown()
-        for number, handler in previous.items():
-            signal.signal(number, handler)
     if failure:
         sys.exit(f"{PROG}: {failure}")
 
