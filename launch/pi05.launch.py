@@ -49,7 +49,7 @@ def _graph_actions(context):
             continue
         node = LifecycleNode(name=process.name, parameters=[process.parameters], **common)
         activate = RegisterEventHandler(OnStateTransition(
-            target_lifecycle_node=node, goal_state="inactive",
+            target_lifecycle_node=node, start_state="configuring", goal_state="inactive",
             entities=[_transition(node, Transition.TRANSITION_ACTIVATE)]))
         actions += [node, activate, _transition(node, Transition.TRANSITION_CONFIGURE)]
     return actions

@@ -87,6 +87,10 @@ def test_launch_file_builds_lifecycle_nodes_with_configure_and_activate(monkeypa
     assert nodes[0].kwargs["namespace"] == "arm" and nodes[0].kwargs["remappings"] == [("joint_states", "/arm/js")]
     events = [a for a in actions if type(a).__name__ == "EmitEvent"]
     assert len(events) == len(nodes)  # one configure per node; activation follows each "inactive"
+    activations = [a.args[0].kwargs for a in actions if type(a).__name__ == "RegisterEventHandler"]
+    assert len(activations) == len(nodes)
+    # only a finished configure activates: a node deactivated (by a user, or stopping) stays inactive
+    assert all(h["start_state"] == "configuring" and h["goal_state"] == "inactive" for h in activations)
     context["layout"] = "composed"
     [container] = opaque.kwargs["function"](context)
     assert type(container).__name__ == "Node" and container.kwargs["executable"] == "embodied-ros-container"
