@@ -1,9 +1,14 @@
 """The node table is the one list of the graph's nodes: setup.cfg's console scripts, the node
-classes, the schedule settings, the launch plan and the noise streams all agree with it."""
+classes, the schedule settings, the launch plan and the noise streams all agree with it, and a
+new row plus its module is all a new node needs."""
 
 import configparser
 import dataclasses
 import importlib
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +65,61 @@ def test_noise_streams_are_distinct_and_only_rows_with_one_draw_noise():
     assert not (world == action).all()
     with pytest.raises(ValueError, match="the prefix node has no noise stream"):
         stage_noise(0, "prefix", 5, (3,))
+
+
+NEW_ROW = '''    GraphNodeSpec("smoother", "SmootherNode", upstream=("action",), schedule_key="smoother",
+                  schedule_doc="the smoother runs every N steps"),
+'''
+NEW_MODULE = '''"""Smoother node: a stage after the action head."""
+
+from embodied_ros.nodes.stage import StageNode
+
+
+class SmootherNode(StageNode):
+    stage = "smoother"
+
+    def compute(self, step, inputs):
+        return inputs["action"]
+
+
+def main(args=None):
+    from embodied_ros.nodes.run import run_node
+
+    run_node(SmootherNode, args)
+'''
+WITH_THE_NEW_NODE = '''
+import sys
+
+from embodied_ros.graph.config import load_config, parameter_fields
+from embodied_ros.graph.launch_plan import launch_plan
+from embodied_ros.graph.node_table import graph_nodes, node_class, upstream_of
+from embodied_ros.graph.processes import node_command
+
+config = load_config(None, {"schedule.smoother": 3})
+assert config.schedule.period_of("smoother") == 3
+assert "schedule.smoother" in [name for name, _ in parameter_fields()]
+assert graph_nodes(False)[-2:] == ("smoother", "controller")
+assert upstream_of("smoother", False) == ("action",)
+assert node_class("smoother").__name__ == "SmootherNode"
+plan = launch_plan(sys.argv[1], layout="separate")
+assert [p.executable for p in plan][-2:] == ["embodied-ros-smoother", "embodied-ros-controller"]
+assert "embodied_ros.nodes.smoother" in node_command("smoother", "params.yaml")
+print("derived")
+'''
+
+
+def test_a_new_node_is_a_table_row_and_its_module(tmp_path):
+    """Adding a node to a copy of the package: its row and its module, nothing else."""
+    package = tmp_path / "embodied_ros"
+    shutil.copytree(ROOT / "embodied_ros", package, ignore=shutil.ignore_patterns("__pycache__"))
+    table = package / "graph" / "node_table.py"
+    text = table.read_text()
+    assert text.count('    GraphNodeSpec("controller",') == 1
+    table.write_text(text.replace('    GraphNodeSpec("controller",', NEW_ROW + '    GraphNodeSpec("controller",'))
+    (package / "nodes" / "smoother.py").write_text(NEW_MODULE)
+    config = tmp_path / "graph.yaml"
+    config.write_text("bundle: model.gguf\n")
+    result = subprocess.run([sys.executable, "-c", WITH_THE_NEW_NODE, str(config)], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "derived" in result.stdout, result.stderr
