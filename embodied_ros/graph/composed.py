@@ -64,8 +64,10 @@ class ComposedGraph:
         every node; the names of the nodes whose deactivation failed."""
         failed = []
         for name, node in reversed(self.nodes.items()):
+            if not node.active:
+                continue
             # a context already shut down has no transitions left: the node stays active
-            if node.active and (not self.context.ok() or node.trigger_deactivate() != TransitionCallbackReturn.SUCCESS):
+            if not self.context.ok() or node.trigger_deactivate() != TransitionCallbackReturn.SUCCESS:
                 failed.append(name)
         for spinner in self._spinners:
             spinner.stop()
