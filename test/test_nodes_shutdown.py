@@ -56,45 +56,37 @@ serve(config, sys.argv, runtime=FakeRuntime())
 """
 
 
+def _stop_with_a_burst(command: list[str], ready: str, burst, ros_domain_id: int) -> tuple[int, str]:
+    """Start `command`, wait for the line `ready`, send the signals of `burst` 10 ms apart; (exit status, output)."""
+    process = subprocess.Popen(command, env=_environment(ros_domain_id), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    output = _Output(process)
+    try:
+        assert output.wait_for(ready, 60), output.text
+        for number in burst:
+            process.send_signal(number)
+            time.sleep(0.01)
+        code = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return code, output.finish()
+
+
 def test_container_deactivates_every_node_through_a_burst_of_interrupts(ros_domain_id):
-    for burst in ([signal.SIGINT], [signal.SIGINT, signal.SIGINT, signal.SIGTERM, signal.SIGINT]):
-        process = subprocess.Popen([sys.executable, "-c", COMPOSED_WITH_FAKE_RUNTIME], env=_environment(ros_domain_id),
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        output = _Output(process)
-        try:
-            assert output.wait_for("graph active", 60), output.text
-            time.sleep(0.3)
-            for number in burst:
-                process.send_signal(number)
-                time.sleep(0.01)
-            code = process.wait(timeout=30)
-        finally:
-            if process.poll() is None:
-                process.kill()
-        text = output.finish()
-        assert code == 0, text
-        assert "every node deactivated" in text, text
-        assert not [error for error in TRANSITION_ERRORS if error in text], text
+    burst = (signal.SIGINT, signal.SIGINT, signal.SIGTERM, signal.SIGINT)  # the terminal's Ctrl-C, launch's, ...
+    code, text = _stop_with_a_burst([sys.executable, "-c", COMPOSED_WITH_FAKE_RUNTIME], "graph active", burst,
+                                    ros_domain_id)
+    assert code == 0 and "every node deactivated" in text, text
+    assert not [error for error in TRANSITION_ERRORS if error in text], text
 
 
 def test_node_process_deactivates_through_a_burst_of_interrupts(ros_domain_id):
     command = [sys.executable, "-m", "embodied_ros.nodes.controller", "--ros-args", "-p", "autostart:=true"]
-    for burst in ([signal.SIGINT], [signal.SIGINT, signal.SIGTERM, signal.SIGINT]):
-        process = subprocess.Popen(command, env=_environment(ros_domain_id), stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
-        output = _Output(process)
-        try:
-            assert output.wait_for("waiting for the first action chunk", 60), output.text
-            for number in burst:
-                process.send_signal(number)
-                time.sleep(0.01)
-            code = process.wait(timeout=30)
-        finally:
-            if process.poll() is None:
-                process.kill()
-        text = output.finish()
-        assert code == 0 and "[controller]: deactivated" in text, text
-        assert not [error for error in TRANSITION_ERRORS if error in text], text
+    code, text = _stop_with_a_burst(command, "waiting for the first action chunk",
+                                    (signal.SIGINT, signal.SIGTERM, signal.SIGINT), ros_domain_id)
+    assert code == 0 and "[controller]: deactivated" in text, text
+    assert not [error for error in TRANSITION_ERRORS if error in text], text
 
 
 CLOSES_THEN_PUBLISHES = """

@@ -61,6 +61,8 @@ def stopped_by_signals(argv: list[str]):
     finally:
         ignore_ending_signals()
         rclpy.try_shutdown()
+        for number in ENDING_SIGNALS:  # Python's exit would put back the default handlers, that end the process
+            signal.signal(number, signal.SIG_IGN)
 
 
 def _stop_once(signum, frame) -> None:
@@ -69,11 +71,16 @@ def _stop_once(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _ignore(signum, frame) -> None:
+    """A signal while the process stops already."""
+
+
 def ignore_ending_signals() -> None:
     """From here on SIGINT and SIGTERM are ignored: the process is stopping, and a second signal
-    must not cut its teardown short."""
+    must not cut its teardown short. (A Python handler that does nothing, not SIG_IGN: a signal
+    already pending would find SIG_IGN and print "ignored due to race condition".)"""
     for number in ENDING_SIGNALS:
-        signal.signal(number, signal.SIG_IGN)
+        signal.signal(number, _ignore)
 
 
 def run_node(node_class, args=None) -> None:
