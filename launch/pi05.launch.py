@@ -5,7 +5,8 @@
 
 Composed: one `embodied-ros-container` process hosting every node (stage outputs by reference).
 Separate: one lifecycle node per process, configured then activated by launch (stage outputs as
-Tensor messages; see docs/graph.md for the Fast DDS shared-memory settings).
+Tensor messages; see docs/graph.md for the Fast DDS shared-memory settings). A graph process that
+exits with an error (a missing bundle) ends the launch with exit status 1.
 """
 
 from launch import LaunchDescription
@@ -41,16 +42,24 @@ def _graph_actions(context):
     actions = []
     for process in launch_plan(argument("config"), bundle=argument("bundle"), layout=argument("layout")):
         common = dict(package="embodied_ros", executable=process.executable, namespace=argument("namespace"),
-                      remappings=remappings, arguments=list(process.arguments), output="screen")
+                      remappings=remappings, arguments=list(process.arguments), output="screen",
+                      on_exit=_fail_on_error_exit)
         if not process.lifecycle:
             actions.append(Node(**common))
             continue
         node = LifecycleNode(name=process.name, parameters=[process.parameters], **common)
         activate = RegisterEventHandler(OnStateTransition(
-            target_lifecycle_node=node, goal_state="inactive",
+            target_lifecycle_node=node, start_state="configuring", goal_state="inactive",
             entities=[_transition(node, Transition.TRANSITION_ACTIVATE)]))
         actions += [node, activate, _transition(node, Transition.TRANSITION_CONFIGURE)]
     return actions
+
+
+def _fail_on_error_exit(event, context):
+    """A graph process that ends with an error (the container without its bundle) ends the launch
+    with exit status 1 instead of 0."""
+    if event.returncode != 0:
+        raise RuntimeError(f"{event.process_name} exited with status {event.returncode}")
 
 
 def _transition(node, transition_id: int) -> EmitEvent:

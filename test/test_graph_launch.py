@@ -87,6 +87,15 @@ def test_launch_file_builds_lifecycle_nodes_with_configure_and_activate(monkeypa
     assert nodes[0].kwargs["namespace"] == "arm" and nodes[0].kwargs["remappings"] == [("joint_states", "/arm/js")]
     events = [a for a in actions if type(a).__name__ == "EmitEvent"]
     assert len(events) == len(nodes)  # one configure per node; activation follows each "inactive"
+    activations = [a.args[0].kwargs for a in actions if type(a).__name__ == "RegisterEventHandler"]
+    assert len(activations) == len(nodes)
+    # only a finished configure activates: a node deactivated (by a user, or stopping) stays inactive
+    assert all(h["start_state"] == "configuring" and h["goal_state"] == "inactive" for h in activations)
     context["layout"] = "composed"
     [container] = opaque.kwargs["function"](context)
     assert type(container).__name__ == "Node" and container.kwargs["executable"] == "embodied-ros-container"
+    failed = types.SimpleNamespace(returncode=1, process_name="embodied-ros-container-1")
+    with pytest.raises(RuntimeError, match="embodied-ros-container-1 exited with status 1"):
+        container.kwargs["on_exit"](failed, None)  # launch turns the exception into its exit status 1
+    assert container.kwargs["on_exit"](types.SimpleNamespace(returncode=0, process_name="c"), None) is None
+    assert all(node.kwargs["on_exit"] is container.kwargs["on_exit"] for node in nodes)

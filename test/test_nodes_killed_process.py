@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from embodied_ros.graph.composed import graph_nodes
+from embodied_ros.graph.node_table import graph_nodes
 from embodied_ros.graph.config import load_config
 from embodied_ros.graph.paths import dds_environment
 from embodied_ros.graph.processes import SeparateGraph

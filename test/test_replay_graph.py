@@ -158,6 +158,19 @@ def test_replay_of_foreign_topic_names_and_array_commands(tmp_path):
     assert result.metrics["run"]["output_topics"]["/embodied/action_chunk"] == 6
 
 
+def test_replay_of_a_robot_with_its_own_joint_names_compares_through_the_joint_mapping(tmp_path):
+    robot = ("shoulder", "elbow", "wrist_joint")
+    episode = SyntheticConfig(duration_s=0.6, cameras={"front": (24, 32), "wrist": (16, 16)}, joint_names=robot,
+                              command_joint_names=robot)
+    bag = write_episode(tmp_path / "bag", episode, "mcap")
+    config = load_config(None, {"schedule.step_period_s": 0.1, "controller.rate_hz": 50.0,
+                                "inputs.state_joints": list(robot), "controller.joints": list(robot),
+                                "controller.action_columns": list(JOINTS)})
+    actions = _replay(bag, tmp_path / "out", config=config).metrics["actions"]
+    assert actions["available"], actions.get("reason")
+    assert actions["joint_names"] == list(robot) and actions["compared_rows"] > 0
+
+
 def test_out_dir_is_never_overwritten_nor_inside_the_bag(episode_bag, tmp_path):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "keep.txt").write_text("x")

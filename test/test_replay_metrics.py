@@ -100,3 +100,34 @@ def test_smoothness_of_too_few_commands_is_empty_not_an_error():
     assert command_smoothness([], [])["max_abs_step"] is None
     one = command_smoothness([5], [[1.0, 2.0]])
     assert one["count"] == 1 and one["jerk"]["max_abs"] is None
+
+
+def test_recorded_commands_on_the_robots_joint_names_are_compared_through_the_controller_mapping():
+    from embodied_ros.deploy.mapping import ActionMapping
+    from embodied_ros.pipeline.types import ActionChunkResult
+    from embodied_ros.replay.episode import Episode
+    from embodied_ros.replay.record import ReplayRecord, compute_metrics
+
+    stamps = np.arange(0, 2000 * MS, 20 * MS)
+    seconds = stamps / 1e9
+    # the robot records (elbow, shoulder); the model predicts (a0, a1, a2); a2 drives shoulder, a0 elbow
+    recorded = JointSeries("/teleop/command", stamps, ("elbow", "shoulder"),
+                           np.stack([1.0 - seconds, 0.5 * seconds], axis=1))
+    episode = Episode("bag", "mcap", 0, int(stamps[-1]), {}, None, (), recorded, "/teleop/command")
+    rows = np.arange(10)
+    chunks = []
+    for observation_ns in (100 * MS, 500 * MS):
+        instants = (observation_ns + (rows + 1) * 20 * MS) / 1e9
+        actions = np.stack([1.0 - instants, np.full(10, 7.0), 0.5 * instants], axis=1).astype(np.float32)
+        chunks.append((observation_ns, ActionChunkResult(observation_ns, actions, 0.02, ("a0", "a1", "a2"))))
+    record = ReplayRecord(mode="lockstep", chunks=chunks, command_joints=("shoulder", "elbow"))
+    mapping = ActionMapping(("shoulder", "elbow"), ("a2", "a0"))
+
+    actions = compute_metrics(episode, record, stale_after_ms=500, command_period_s=0.02, mapping=mapping)["actions"]
+    assert actions["available"], actions.get("reason")
+    assert actions["joint_names"] == ["shoulder", "elbow"] and actions["compared_rows"] == 20
+    assert actions["mse"] < 1e-12
+
+    unmapped = compute_metrics(episode, record, stale_after_ms=500, command_period_s=0.02,
+                               mapping=ActionMapping(("shoulder", "elbow"), ("a2", "a9")))["actions"]
+    assert not unmapped["available"] and "a9" in unmapped["reason"]

@@ -37,3 +37,8 @@ class ActionMapping:
                 raise ValueError(f"action column(s) {unknown} are not in the chunk's columns {list(names)}")
             self._cache = (names, np.array([where[c] for c in wanted], dtype=np.intp))
         return self._cache[1]
+
+
+def chunk_column_names(chunk) -> tuple[str, ...]:
+    """The names of an action chunk's columns; `action_<i>` when the chunk names none."""
+    return tuple(chunk.joint_names) or tuple(f"action_{i}" for i in range(chunk.actions.shape[1]))

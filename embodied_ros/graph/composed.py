@@ -1,8 +1,8 @@
 """All nodes of a graph in one process (stage outputs handed over by reference).
 
-The controller and the observation node (light, on time) share one executor thread; each stage
-has its own (heavy; the kernels release the GIL), so inference never delays a command and the
-stages of different steps overlap.
+The control nodes of the node table (observation and controller: light, on time) share one
+executor thread; each stage has its own (heavy; the kernels release the GIL), so inference never
+delays a command and the stages of different steps overlap.
 """
 
 from __future__ import annotations
@@ -11,32 +11,16 @@ from typing import Sequence
 
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.lifecycle import TransitionCallbackReturn
 
 from embodied_ros.graph.config import GraphConfig
+from embodied_ros.graph.node_table import graph_nodes, node_class, node_spec
 from embodied_ros.graph.spinning import SpinThread
 from embodied_ros.graph.transport import ResultStore
-from embodied_ros.nodes.action import ActionNode
-from embodied_ros.nodes.controller import ControllerNode
-from embodied_ros.nodes.observation import ObservationNode
 from embodied_ros.nodes.params import node_parameters
-from embodied_ros.nodes.perception import PerceptionNode
-from embodied_ros.nodes.prefix import PrefixNode
 from embodied_ros.nodes.run import bring_up
 from embodied_ros.nodes.runtime_cache import acquire_runtime
-from embodied_ros.nodes.world import WorldNode
 from embodied_ros.pipeline.stages import Runtime
-
-NODE_CLASSES = {
-    "observation": ObservationNode, "perception": PerceptionNode, "prefix": PrefixNode, "world": WorldNode,
-    "action": ActionNode, "controller": ControllerNode,
-}
-CONTROL_NODES = ("observation", "controller")
-
-
-def graph_nodes(has_world_model: bool) -> tuple[str, ...]:
-    """The nodes a model needs, in start-up order."""
-    names = ("observation", "perception", "prefix", "world", "action", "controller")
-    return names if has_world_model else tuple(n for n in names if n != "world")
 
 
 class ComposedGraph:
@@ -56,15 +40,15 @@ class ComposedGraph:
         store = ResultStore(self.config.transport.keep_last)
         parameters = node_parameters(self.config)
         for name in graph_nodes(runtime.spec.has_world_model):
-            self.nodes[name] = NODE_CLASSES[name](
+            self.nodes[name] = node_class(name)(
                 runtime=runtime, store=store, parameters=parameters, context=self.context,
                 namespace=self.namespace, cli_args=self.cli_args or None)
         control = SingleThreadedExecutor(context=self.context)
-        for name in CONTROL_NODES:
-            control.add_node(self.nodes[name])
         self._spinners = [SpinThread(control, "graph-control")]
         for name, node in self.nodes.items():
-            if name not in CONTROL_NODES:  # one thread per stage: stages compute in parallel
+            if node_spec(name).control:
+                control.add_node(node)
+            else:  # one thread per stage: stages compute in parallel
                 executor = SingleThreadedExecutor(context=self.context)
                 executor.add_node(node)
                 self._spinners.append(SpinThread(executor, f"graph-{name}"))
@@ -75,14 +59,20 @@ class ComposedGraph:
             self.stop()
             raise RuntimeError(f"graph nodes failed to start: {failed} (their log says why)")
 
-    def stop(self) -> None:
-        if self.context.ok():  # after Ctrl-C the context is gone and so are transitions
-            for node in reversed(list(self.nodes.values())):
-                if node.active:
-                    node.trigger_deactivate()
+    def stop(self) -> list[str]:
+        """Deactivate the active nodes, controller first (it leaves the arm holding), then destroy
+        every node; the names of the nodes whose deactivation failed."""
+        failed = []
+        for name, node in reversed(self.nodes.items()):
+            if not node.active:
+                continue
+            # a context already shut down has no transitions left: the node stays active
+            if not self.context.ok() or node.trigger_deactivate() != TransitionCallbackReturn.SUCCESS:
+                failed.append(name)
         for spinner in self._spinners:
             spinner.stop()
         for node in self.nodes.values():
             node.destroy_node()
         self.nodes.clear()
         self._spinners.clear()
+        return failed

@@ -14,7 +14,8 @@ from typing import Any, Mapping
 
 import yaml
 
-STAGES = ("perception", "prefix", "world", "action")
+from embodied_ros.graph.node_table import node_spec, scheduled_nodes
+
 RELIABILITIES = ("best_effort", "reliable")
 
 
@@ -28,29 +29,32 @@ def _check(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
-@dataclass(frozen=True)
-class ScheduleConfig:
-    mode: str = _doc("realtime: stages run at their periods as inputs arrive; lockstep: driven step by step by a "
-                     "step clock (/clock)",
-                     "realtime")
-    step_period_s: float = _doc("control period: the length of one schedule step, seconds", 0.1)
-    perception: int = _doc("the perception encoder runs every N steps", 1)
-    prefix: int = _doc("the prefix builder runs every N steps", 1)
-    world: int = _doc("the world predictor runs every N steps (models with a world model only)", 1)
-    action: int = _doc("the action head runs every N steps", 1)
-    lockstep_start_s: float = _doc("lock-step: /clock time of step 0, seconds (step k is at start + k * period)",
-                                   1.0)
+class _ScheduleRules:
+    """The checks and look-ups of ScheduleConfig, whose fields are made below from the node table."""
 
     def __post_init__(self) -> None:
         _check(self.mode in ("realtime", "lockstep"), f"schedule.mode must be realtime or lockstep, got {self.mode!r}")
         _check(self.step_period_s > 0, f"schedule.step_period_s must be positive, got {self.step_period_s}")
-        for stage in STAGES:
-            period = getattr(self, stage)
-            _check(period >= 1, f"schedule.{stage} must be a whole number of steps >= 1, got {period}")
+        for node in scheduled_nodes():
+            period = getattr(self, node.schedule_key)
+            _check(period >= 1, f"schedule.{node.schedule_key} must be a whole number of steps >= 1, got {period}")
         _check(self.lockstep_start_s > 0, f"schedule.lockstep_start_s must be positive, got {self.lockstep_start_s}")
 
-    def period_of(self, stage: str) -> int:
-        return 1 if stage in ("observation", "controller") else getattr(self, stage)
+    def period_of(self, node: str) -> int:
+        """Steps between two runs of `node` (1: every step)."""
+        key = node_spec(node).schedule_key
+        return getattr(self, key) if key else 1
+
+
+# schedule.*: the step, one period per scheduled node of the node table, lock-step's start
+ScheduleConfig = dataclasses.make_dataclass("ScheduleConfig", [
+    ("mode", "str", _doc("realtime: stages run at their periods as inputs arrive; lockstep: driven step by step by "
+                         "a step clock (/clock)", "realtime")),
+    ("step_period_s", "float", _doc("control period: the length of one schedule step, seconds", 0.1)),
+    *[(node.schedule_key, "int", _doc(node.schedule_doc, 1)) for node in scheduled_nodes()],
+    ("lockstep_start_s", "float", _doc("lock-step: /clock time of step 0, seconds (step k is at start + k * period)",
+                                       1.0)),
+], bases=(_ScheduleRules,), frozen=True, namespace={"__module__": __name__})
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from embodied_ros.graph.config import load_config
+from embodied_ros.graph.node_table import NODES
 from embodied_ros.nodes.params import node_parameters
 
-NODE_ORDER = ("observation", "perception", "prefix", "world", "action", "controller")
 CONTAINER = "embodied-ros-container"
-
-
-def executable_of(node: str) -> str:
-    """Console script of one node (installed in lib/embodied_ros for `ros2 run`)."""
-    return f"embodied-ros-{node}"
 
 
 @dataclass(frozen=True)
@@ -45,7 +40,7 @@ def launch_plan(config_path: str | Path, bundle: str = "", layout: str = "") -> 
             arguments += ["--bundle", overrides["bundle"]]
         return [PlannedProcess(CONTAINER, None, lifecycle=False, arguments=tuple(arguments))]
     parameters = node_parameters(config)
-    return [PlannedProcess(executable_of(name), name, lifecycle=True, parameters=parameters) for name in NODE_ORDER]
+    return [PlannedProcess(node.executable, node.name, lifecycle=True, parameters=parameters) for node in NODES]
 
 
 def parse_remaps(text: str) -> list[tuple[str, str]]:

@@ -30,8 +30,9 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
-from embodied_ros.graph.composed import ComposedGraph, graph_nodes
+from embodied_ros.graph.composed import ComposedGraph
 from embodied_ros.graph.config import GraphConfig
+from embodied_ros.graph.node_table import graph_nodes
 from embodied_ros.graph.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_until_active

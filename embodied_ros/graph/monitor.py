@@ -13,13 +13,11 @@ from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
+from embodied_ros.graph.node_table import NODE_NAMES
 from embodied_ros.graph.stats import percentiles, reason_kind
 from embodied_ros.graph.topics import DIAGNOSTICS, TIMING, command_topic
 from embodied_ros.inputs.stamps import time_to_ns
 from embodied_ros.msg import StageTiming
-
-STAGE_ORDER = ("observation", "perception", "prefix", "world", "action")
-
 
 class GraphMonitor(Node):
     def __init__(self, command_rate_hz: float, output: str, dry_run: bool = False, **node_kwargs):
@@ -79,7 +77,7 @@ class GraphMonitor(Node):
         summary = {}
         with self.lock:
             runs = {stage: [r for r in rows if r[0] >= since_s] for stage, rows in self.runs.items()}
-        for stage in sorted(runs, key=lambda s: STAGE_ORDER.index(s) if s in STAGE_ORDER else 99):
+        for stage in sorted(runs, key=lambda s: NODE_NAMES.index(s) if s in NODE_NAMES else len(NODE_NAMES)):
             rows = runs[stage]
             if not rows:
                 continue

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-_STREAMS = {"world": 1, "action": 2}
+from embodied_ros.graph.node_table import node_spec
 
 
 def stage_noise(seed: int, stage: str, step: int, shape: tuple[int, ...]) -> np.ndarray:
-    rng = np.random.default_rng([seed, _STREAMS[stage], step])
+    """Standard normal noise of `stage` (its node table `noise_stream`) at `step`."""
+    stream = node_spec(stage).noise_stream
+    if stream is None:
+        raise ValueError(f"the {stage} node has no noise stream in the node table")
+    rng = np.random.default_rng([seed, stream, step])
     return rng.standard_normal(shape).astype(np.float32)

@@ -19,6 +19,7 @@ from typing import Sequence
 import yaml
 
 from embodied_ros.graph.config import GraphConfig
+from embodied_ros.graph.node_table import node_spec
 from embodied_ros.graph.paths import dds_environment
 from embodied_ros.share import SOURCE_ROOT, is_source_checkout
 from embodied_ros.nodes.params import node_parameters
@@ -38,7 +39,7 @@ def params_file_content(config: GraphConfig) -> dict:
 
 def node_command(node: str, params_file: Path, namespace: str = "", remaps: Sequence[str] = ()) -> list[str]:
     """The command line that runs one node of the graph, configured and activated on start."""
-    command = [sys.executable, "-m", f"embodied_ros.nodes.{node}", "--ros-args", "--params-file", str(params_file),
+    command = [sys.executable, "-m", node_spec(node).module, "--ros-args", "--params-file", str(params_file),
                "-p", "autostart:=true"]
     if namespace:
         command += ["-r", f"__ns:={namespace if namespace.startswith('/') else '/' + namespace}"]

@@ -2,8 +2,8 @@
 
 rclpy 9.1.2's `Executor.shutdown` destroys its guard condition without waiting for callbacks
 still running, which then fail ("cannot use Destroyable ..."). Here the thread stops spinning
-first (callbacks run inline on it), then the executor shuts down with nothing in flight. A
-callback that raises is logged with its traceback and the thread keeps spinning.
+first (callbacks run inline on it), then the executor shuts down with nothing in flight.
+`spin_until_shutdown` is the one spin loop, for these threads and for a node's own process.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import contextlib
 import signal
 import threading
 import traceback
+from typing import Callable
 
 import rclpy.logging
 
@@ -23,7 +24,6 @@ class SpinThread:
         self.executor = executor
         self._running = False
         self._thread = threading.Thread(target=self._spin, name=name, daemon=True)
-        self._logger = rclpy.logging.get_logger("embodied_ros.graph")
 
     def start(self) -> None:
         self._running = True
@@ -36,16 +36,27 @@ class SpinThread:
         self.executor.shutdown(timeout_sec=timeout_s)
 
     def _spin(self) -> None:
-        while self._running and self.executor.context.ok():
-            try:
-                self.executor.spin_once(timeout_sec=0.05)
-            except ExternalShutdownException:
-                return  # the context was shut down (Ctrl-C): nothing more to spin
-            except Exception:  # a callback's bug must not silently stop every node on this thread
-                if not self.executor.context.ok():
-                    return  # the context went down mid-wait (SIGTERM/SIGINT): shutting down, not a failure
-                self._logger.error(f"callback failed on {self._thread.name}:\n{traceback.format_exc()}",
-                                   throttle_duration_sec=5.0)
+        spin_until_shutdown(self.executor, lambda: self._running, self._thread.name)
+
+
+def spin_until_shutdown(executor: Executor, keep_spinning: Callable[[], bool] = lambda: True,
+                        name: str = "main") -> None:
+    """Spin until `keep_spinning()` is false or the executor's context shuts down (Ctrl-C).
+
+    An error while the context goes down (a callback publishing through the closed context, the
+    wait set failing) ends the spin quietly: it is the shutdown, not a failure. A callback that
+    raises otherwise is logged with its traceback and spinning goes on: one callback's bug must
+    not stop every node the executor serves."""
+    logger = rclpy.logging.get_logger("embodied_ros.graph")
+    while keep_spinning() and executor.context.ok():
+        try:
+            executor.spin_once(timeout_sec=0.05)
+        except ExternalShutdownException:
+            return
+        except Exception:
+            if not executor.context.ok():
+                return
+            logger.error(f"callback failed on {name}:\n{traceback.format_exc()}", throttle_duration_sec=5.0)
 
 
 class PeriodicThread:
@@ -77,12 +88,13 @@ class PeriodicThread:
 
 @contextlib.contextmanager
 def interrupts_ignored():
-    """SIGINT ignored within the block (main thread only; elsewhere signals cannot be set)."""
+    """SIGINT and SIGTERM ignored within the block (main thread only; elsewhere signals cannot be set)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)

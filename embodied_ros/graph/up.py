@@ -12,9 +12,10 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
-from embodied_ros.graph.composed import ComposedGraph, graph_nodes
+from embodied_ros.graph.composed import ComposedGraph
 from embodied_ros.graph.config import GraphConfig
 from embodied_ros.graph.monitor import GraphMonitor
+from embodied_ros.graph.node_table import graph_nodes
 from embodied_ros.graph.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_until_active

@@ -17,9 +17,6 @@ class ActionNode(StageNode):
     stage = "action"
     runs_on_unchanged_input = True
 
-    def upstream_stages(self) -> tuple[str, ...]:
-        return ("prefix", "world") if self.spec.has_world_model else ("prefix",)
-
     def setup(self) -> None:
         super().setup()
         settings = self.config.rtc

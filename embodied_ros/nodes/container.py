@@ -4,26 +4,32 @@
 
 rclpy has no component containers for Python nodes, so this executable is how the graph runs
 composed under `launch` (ComposedNode is C++-only). ROS arguments (namespace, remaps) apply to
-every node. The container configures and activates its nodes itself.
+every node. The container configures and activates its nodes itself. A graph that cannot start
+(no bundle, a bad setting) ends it with one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import rclpy
+import rclpy.logging
 import yaml
 from rclpy.utilities import remove_ros_args
 
 from embodied_ros.graph.composed import ComposedGraph
-from embodied_ros.graph.config import load_config
+from embodied_ros.graph.config import GraphConfig, load_config
 from embodied_ros.graph.paths import default_config
-from embodied_ros.graph.spinning import interrupts_ignored
+from embodied_ros.nodes.run import ignore_ending_signals, stopped_by_signals
+from embodied_ros.pipeline.stages import Runtime
+
+PROG = "embodied-ros-container"
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="embodied-ros-container", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=None, help="graph config YAML (default: config/pi05.yaml)")
     parser.add_argument("--bundle", help="model bundle file (overrides the config's `bundle`)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
@@ -31,26 +37,47 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
 
 
 def main(args=None) -> None:
-    import sys
-
     argv = sys.argv if args is None else args
     options = parse_arguments(remove_ros_args(argv)[1:])
     overrides = {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in options.set)}
     if options.bundle:
         overrides["bundle"] = options.bundle
-    config = load_config(options.config or default_config(), {**overrides, "layout": "composed"})
-    rclpy.init(args=argv)
-    graph = ComposedGraph(config, context=rclpy.get_default_context())
     try:
-        graph.start()
-        while rclpy.ok():
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        with interrupts_ignored():  # launch's SIGINT, then its escalation, must not cut the teardown short
-            graph.stop()
-            rclpy.try_shutdown()
+        config = load_config(options.config or default_config(), {**overrides, "layout": "composed"})
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        sys.exit(f"{PROG}: {_one_line(error)}")
+    serve(config, argv)
+
+
+def serve(config: GraphConfig, argv: list[str], runtime: Runtime | None = None) -> None:
+    """Run the composed graph until SIGINT or SIGTERM, then deactivate every node (the controller
+    leaves the arm holding) before the context goes down. `runtime`: an already loaded one."""
+    failure = ""
+    with stopped_by_signals(argv):
+        logger = rclpy.logging.get_logger(PROG)
+        graph = ComposedGraph(config, context=rclpy.get_default_context(), runtime=runtime)
+        try:
+            graph.start()
+            logger.info(f"graph active: {', '.join(graph.nodes)}")
+            while rclpy.ok():
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+        except (OSError, ValueError, RuntimeError) as error:
+            failure = _one_line(error)
+        finally:
+            ignore_ending_signals()
+            not_deactivated = graph.stop()
+            if not_deactivated:
+                logger.error(f"could not deactivate {not_deactivated}")
+            elif not failure:
+                logger.info("every node deactivated")
+    if failure:
+        sys.exit(f"{PROG}: {failure}")
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.deploy import ActionMapping, Command, CommandLogic, JointLimits, TimedChunk
 from embodied_ros.deploy.continuation import merge
+from embodied_ros.deploy.mapping import chunk_column_names
 from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_array, joint_trajectory
 from embodied_ros.graph.schedule import LockstepGate
 from embodied_ros.graph.stats import PeriodStats, diagnostic_status, reason_kind, status_values
@@ -179,7 +180,7 @@ class ControllerNode(GraphNode):
 
     def _accept(self, chunk: ActionChunkResult, now_ns: int) -> None:
         self._last_chunk = chunk
-        names = chunk.joint_names or tuple(f"action_{i}" for i in range(chunk.actions.shape[1]))
+        names = chunk_column_names(chunk)
         try:
             if self.logic is None:
                 self._build_logic(self.mapping.joint_names(names))

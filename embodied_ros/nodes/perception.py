@@ -8,9 +8,6 @@ from embodied_ros.nodes.stage import StageNode
 class PerceptionNode(StageNode):
     stage = "perception"
 
-    def upstream_stages(self) -> tuple[str, ...]:
-        return ("observation",)
-
     def compute(self, step, inputs):
         return self.runtime.encode(inputs["observation"])
 

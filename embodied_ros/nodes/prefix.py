@@ -8,9 +8,6 @@ from embodied_ros.nodes.stage import StageNode
 class PrefixNode(StageNode):
     stage = "prefix"
 
-    def upstream_stages(self) -> tuple[str, ...]:
-        return ("perception", "observation")
-
     def compute(self, step, inputs):
         return self.runtime.build_prefix(inputs["perception"], inputs["observation"])
 

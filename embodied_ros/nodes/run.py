@@ -3,12 +3,34 @@ start-up sequence used by the composed container."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import signal
 import sys
 from typing import Iterable
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+from rclpy.signals import SignalHandlerOptions
+from rclpy.utilities import remove_ros_args
+
+from embodied_ros.graph.node_table import NODE_NAMES, node_spec
+from embodied_ros.graph.spinning import spin_until_shutdown
+
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def parse_node_arguments(node_class, argv: list[str]) -> None:
+    """A node takes only ROS arguments: `--help` describes the node and exits, anything else is refused."""
+    summary = (sys.modules[node_class.__module__].__doc__ or "").strip().partition("\n")[0]
+    listed = node_class.stage in NODE_NAMES
+    parser = argparse.ArgumentParser(
+        prog=node_spec(node_class.stage).executable if listed else node_class.stage, description=summary,
+        epilog="Settings are ROS parameters, e.g. --ros-args -p bundle:=model.gguf -p autostart:=true "
+               "(every graph setting: `ros2 param describe`, docs/graph.md). Without autostart a lifecycle "
+               "manager (launch, `ros2 lifecycle set`) configures and activates the node.")
+    parser.parse_args(remove_ros_args(argv)[1:])
 
 
 def bring_up(nodes: Iterable[LifecycleNode]) -> list[str]:
@@ -23,19 +45,67 @@ def bring_up(nodes: Iterable[LifecycleNode]) -> list[str]:
     return failed
 
 
-def run_node(node_class, args=None) -> None:
-    """Spin one node until shutdown; with the `autostart` parameter it configures and activates itself."""
-    rclpy.init(args=args)
-    node = node_class()
+@contextlib.contextmanager
+def stopped_by_signals(argv: list[str]):
+    """rclpy for a process that SIGINT or SIGTERM ends (launch sends both, in turn): either raises
+    KeyboardInterrupt in the main thread while the context stays up until the block ends, so the
+    process deactivates its nodes first (the controller leaves the arm holding). rclpy's own
+    handlers would shut the context down from their thread at once, racing that deactivation.
+    For the main function of a process: once the block ends both signals stay ignored, so a late
+    one (the terminal's Ctrl-C after launch's SIGINT) cannot turn exit status 0 into a signal's."""
+    rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    for number in ENDING_SIGNALS:
+        signal.signal(number, _stop_once)
     try:
-        if node.get_parameter("autostart").value and bring_up([node]):
-            node.get_logger().fatal("could not start; see the error above")
-            sys.exit(1)
-        executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        yield
     finally:
-        node.destroy_node()
+        ignore_ending_signals()
         rclpy.try_shutdown()
+        for number in ENDING_SIGNALS:  # Python's exit would put back the default handlers, that end the process
+            signal.signal(number, signal.SIG_IGN)
+
+
+def _stop_once(signum, frame) -> None:
+    """The first SIGINT or SIGTERM interrupts the main thread; any later one is ignored."""
+    ignore_ending_signals()
+    raise KeyboardInterrupt
+
+
+def _ignore(signum, frame) -> None:
+    """A signal while the process stops already."""
+
+
+def ignore_ending_signals() -> None:
+    """From here on SIGINT and SIGTERM are ignored: the process is stopping, and a second signal
+    must not cut its teardown short. (A Python handler that does nothing, not SIG_IGN: a signal
+    already pending would find SIG_IGN and print "ignored due to race condition".)"""
+    for number in ENDING_SIGNALS:
+        signal.signal(number, _ignore)
+
+
+def run_node(node_class, args=None) -> None:
+    """Spin one node until SIGINT or SIGTERM, then deactivate it; with the `autostart` parameter it
+    configures and activates itself."""
+    argv = sys.argv if args is None else args
+    parse_node_arguments(node_class, argv)
+    with stopped_by_signals(argv):
+        node = None
+        try:
+            node = node_class()
+            if node.get_parameter("autostart").value and bring_up([node]):
+                node.get_logger().fatal("could not start; see the error above")
+                sys.exit(1)
+            executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
+            executor.add_node(node)
+            spin_until_shutdown(executor)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            ignore_ending_signals()
+            if getattr(node, "active", False):
+                if rclpy.ok() and node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS:
+                    node.get_logger().info("deactivated")
+                else:
+                    node.get_logger().error("could not deactivate")
+            if node is not None:
+                node.destroy_node()

@@ -14,6 +14,7 @@ from typing import Any
 
 from rclpy.timer import Timer
 
+from embodied_ros.graph.node_table import upstream_of
 from embodied_ros.graph.schedule import FreeRunTrigger, LockstepGate
 from embodied_ros.graph.topics import stage_qos, stage_topic
 from embodied_ros.graph.transport import decode_output, encode_output
@@ -27,8 +28,8 @@ class StageNode(GraphNode):
     runs_on_unchanged_input = False  # True: re-solve on unchanged input (the action head: new noise)
 
     def upstream_stages(self) -> tuple[str, ...]:
-        """Stages whose outputs this one reads."""
-        raise NotImplementedError
+        """Nodes whose outputs this one reads (the node table's, for this model)."""
+        return upstream_of(self.stage, self.spec.has_world_model)
 
     def compute(self, step: int, inputs: dict[str, Any]) -> Any:
         """The runtime call; returns a StageResult (or ActionChunkResult for the action head)."""

@@ -3,9 +3,9 @@
 Its initial noise comes from `graph/noise.py: stage_noise(seed, "world", step, shape)`, as the
 action head's does, so a lock-step run equals `pipeline.stages.infer` given the same noises.
 
-With a model that has no world model (pi0.5) the node configures and activates but stays idle
-and says so on /diagnostics; the action head then reads the prefix alone. Graphs started by
-`embodied-ros up` leave it out for such models.
+With a model that has no world model (pi0.5) the node configures and activates but stays idle:
+it subscribes to nothing, runs nothing and says so on /diagnostics; the action head then reads
+the prefix alone. Graphs started by `embodied-ros up` leave it out for such models.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class WorldNode(StageNode):
     stage = "world"
 
     def upstream_stages(self) -> tuple[str, ...]:
-        return ("prefix",)
+        return super().upstream_stages() if self.spec.has_world_model else ()
 
     def start(self) -> None:
         if self.spec.has_world_model:
@@ -40,7 +40,7 @@ class WorldNode(StageNode):
 
     def diagnostic_status(self) -> DiagnosticStatus:
         status = super().diagnostic_status()
-        if not self.spec.has_world_model:
+        if self.active and not self.spec.has_world_model and not self.stats.problem:
             status.level, status.message = DiagnosticStatus.OK, "idle: the model has no world model"
         return status
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied_ros.deploy.mapping import ActionMapping, chunk_column_names
 from embodied_ros.pipeline.types import ActionChunkResult
 from embodied_ros.replay import messages as m
 from embodied_ros.replay.bag_writer import BagWriter
@@ -77,18 +78,33 @@ def write_output_bag(path: Path, record: ReplayRecord, topic_map: TopicMap, cont
     return dict(writer.counts)
 
 
-def compute_metrics(episode: Episode, record: ReplayRecord, *, stale_after_ms: float,
-                    command_period_s: float) -> dict:
-    """metrics.json content (without the `bag` and `run` sections the caller adds)."""
-    chunks = [PredictedChunk(c.stamp_ns, np.asarray(c.actions, dtype=np.float64), c.action_period_s)
+def commanded_chunks(record: ReplayRecord, mapping: ActionMapping) -> tuple[tuple[str, ...], list[PredictedChunk]]:
+    """The produced chunks as the controller commands them: its joints, each from its action column
+    (so they compare with commands recorded on the robot's joint names); ValueError if a column is missing."""
+    if not record.chunks:
+        return (), []
+    names = chunk_column_names(record.chunks[0][1])
+    columns = mapping.column_index(names)
+    chunks = [PredictedChunk(c.stamp_ns, np.asarray(c.actions, dtype=np.float64)[:, columns], c.action_period_s)
               for _, c in record.chunks]
-    joint_names = record.chunks[0][1].joint_names if record.chunks else ()
+    return mapping.joint_names(names), chunks
+
+
+def compute_metrics(episode: Episode, record: ReplayRecord, *, stale_after_ms: float, command_period_s: float,
+                    mapping: ActionMapping) -> dict:
+    """metrics.json content (without the `bag` and `run` sections the caller adds); `mapping`: the
+    controller's, from action columns to the commanded joints."""
+    try:
+        joint_names, chunks = commanded_chunks(record, mapping)
+        actions = action_errors(chunks, joint_names, episode.commands)
+    except ValueError as error:
+        actions = {"reference": episode.command_topic or None, "available": False, "reason": str(error)}
     stages: dict[str, list[float]] = {}
     for run in record.stage_runs:
         stages.setdefault(run.stage, []).append(run.compute_ms)
     commands = record.command_series(episode.command_topic or "")
     return {
-        "actions": action_errors(chunks, joint_names, episode.commands),
+        "actions": actions,
         "latency": {
             "end_to_end_ms": distribution_ms(record.end_to_end_ms),
             "step_wall_ms": distribution_ms(record.step_wall_ms),
@@ -106,15 +122,18 @@ def compute_metrics(episode: Episode, record: ReplayRecord, *, stale_after_ms: f
     }
 
 
-def report_series(episode: Episode, record: ReplayRecord, stale_after_ms: float) -> ReportSeries:
+def report_series(episode: Episode, record: ReplayRecord, stale_after_ms: float, mapping: ActionMapping
+                  ) -> ReportSeries:
     stage_ms: dict[str, list[float]] = {}
     for run in record.stage_runs:
         stage_ms.setdefault(run.stage, []).append(run.compute_ms)
-    chunks = [PredictedChunk(c.stamp_ns, np.asarray(c.actions, dtype=np.float64), c.action_period_s)
-              for _, c in record.chunks]
+    try:
+        joint_names, chunks = commanded_chunks(record, mapping)
+    except ValueError:  # the metrics say why; no action plot
+        joint_names, chunks = (), []
     produced = [t for t, _ in record.chunks]
     return ReportSeries(
-        start_ns=episode.start_ns, joint_names=record.chunks[0][1].joint_names if record.chunks else (),
+        start_ns=episode.start_ns, joint_names=joint_names,
         chunks=chunks, reference=episode.commands, commands=record.command_series("streamed"),
         stage_ms=stage_ms, end_to_end_ms=record.end_to_end_ms, step_wall_ms=record.step_wall_ms,
         staleness=(produced, record.input_age_ms), stale_after_ms=stale_after_ms,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied_ros.deploy.mapping import ActionMapping
 from embodied_ros.graph.config import GraphConfig
 from embodied_ros.replay.bag_reader import bag_topics, read_episode
 from embodied_ros.replay.episode import Episode
@@ -165,6 +166,7 @@ def _take_step(record: ReplayRecord, episode: Episode, step: ReplayStep, out, at
 def _finish(bag: Path, out_dir: Path, episode: Episode, record: ReplayRecord, config: GraphConfig,
             options: ReplayOptions, topic_map: TopicMap) -> ReplayResult:
     stale_after_ms = config.inputs.max_age_s * 1e3
+    mapping = ActionMapping(config.controller.joints, config.controller.action_columns)
     command_period_ns = round(1e9 / config.controller.rate_hz)
     output_bag = out_dir / "bag"
     counts = write_output_bag(output_bag, record, topic_map, config.controller.output, command_period_ns,
@@ -176,10 +178,11 @@ def _finish(bag: Path, out_dir: Path, episode: Episode, record: ReplayRecord, co
                 "step_period_s": config.schedule.step_period_s, "wall_s": round(record.wall_s, 3),
                 "output_bag": str(output_bag), "output_topics": counts},
         **compute_metrics(episode, record, stale_after_ms=stale_after_ms,
-                          command_period_s=1.0 / config.controller.rate_hz),
+                          command_period_s=1.0 / config.controller.rate_hz, mapping=mapping),
     }
     metrics["partial"] = bool(episode.notes) or bool(record.refused)
-    metrics_path, report_path = write_report(out_dir, _json_ready(metrics), report_series(episode, record, stale_after_ms))
+    metrics_path, report_path = write_report(out_dir, _json_ready(metrics),
+                                             report_series(episode, record, stale_after_ms, mapping))
     return ReplayResult(output_bag, metrics_path, report_path, metrics, record)
 
 
