@@ -19,7 +19,7 @@ from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
 
 from embodied_ros.graph.launch_plan import launch_plan, parse_remaps
-from embodied_ros.graph.paths import default_config
+from embodied_ros.node_infra.paths import default_config
 
 
 def generate_launch_description() -> LaunchDescription:

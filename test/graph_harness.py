@@ -16,9 +16,9 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from trajectory_msgs.msg import JointTrajectory
 
-from embodied_ros.graph.spinning import SpinThread
-from embodied_ros.graph.stats import status_values
-from embodied_ros.graph.topics import ACTION_CHUNK, COMMAND_TOPICS, DIAGNOSTICS, INPUT_STATUS, TIMING
+from embodied_ros.node_infra.spinning import SpinThread
+from embodied_ros.node_infra.stats import status_values
+from embodied_ros.node_infra.topics import ACTION_CHUNK, COMMAND_TOPICS, DIAGNOSTICS, INPUT_STATUS, TIMING
 from embodied_ros.inputs.stamps import time_to_ns
 from embodied_ros.msg import ActionChunk, StageTiming
 from embodied_ros.nodes.synthetic import SyntheticRobot

@@ -7,7 +7,7 @@ from bundle_toy import ARCH, write_toy_bundle
 
 from embodied_ros.cli.graph_config import load_graph_config
 from embodied_ros.cli.main import main
-from embodied_ros.graph.config import load_config
+from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.up import UpReport
 from graph_bundles import ROOT
 

@@ -40,7 +40,7 @@ def test_colcon_build_and_install_space(tmp_path):
         "chunk = ActionChunk(horizon=2, action_dim=1, actions=[1.0, 2.0])\n"
         "assert list(deserialize_message(serialize_message(chunk), ActionChunk).actions) == [1.0, 2.0]\n"
         "from embodied_ros.share import is_source_checkout, share_path\n"
-        "from embodied_ros.graph.paths import default_config\n"
+        "from embodied_ros.node_infra.paths import default_config\n"
         "assert not is_source_checkout() and default_config() == share_path('config', 'pi05.yaml')\n"
         "print(embodied_ros.__file__)\n"
         "print(share_path('config').parent)\n"

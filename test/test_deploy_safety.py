@@ -8,8 +8,8 @@ from embodied_ros.deploy import CommandLogic, JointLimits, TimedChunk
 from embodied_ros.deploy.command import CHUNK_RAN_OUT, WAITING_FOR_JOINT_STATE
 from embodied_ros.deploy.limits import NO_JOINT_STATE_TO_CHECK, NON_FINITE_CHUNK, chunk_violation
 from embodied_ros.deploy.ramp import StartRamp
-from embodied_ros.graph.config import load_config
-from embodied_ros.graph.stats import reason_kind
+from embodied_ros.node_infra.config import load_config
+from embodied_ros.node_infra.stats import reason_kind
 
 MS = 1_000_000
 NAMES = ("shoulder", "elbow")

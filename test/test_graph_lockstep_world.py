@@ -6,9 +6,9 @@ two runs give identical chunks and commands."""
 import numpy as np
 import pytest
 
-from embodied_ros.graph.config import load_config
+from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.lockstep import LockstepGraph
-from embodied_ros.graph.noise import stage_noise
+from embodied_ros.node_infra.noise import stage_noise
 from embodied_ros.pipeline.stages import infer, load_runtime
 from embodied_ros.pipeline.types import Observation
 from graph_bundles import world_action_bundle

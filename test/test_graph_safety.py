@@ -10,9 +10,9 @@ from diagnostic_msgs.msg import DiagnosticArray
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from embodied_ros.graph.config import load_config
+from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.lockstep import LockstepGraph
-from embodied_ros.graph.topics import COMMAND_PREVIEW, COMMAND_TOPICS, DIAGNOSTICS, lockstep_qos
+from embodied_ros.node_infra.topics import COMMAND_PREVIEW, COMMAND_TOPICS, DIAGNOSTICS, lockstep_qos
 from fake_runtime import FakeRuntime, random_images
 from graph_harness import next_domain
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from embodied_ros.graph.config import GraphConfig, from_flat, load_config, to_parameters
-from embodied_ros.graph.schedule import SKIPPED, LockstepGate, StepClock, runs_on, source_step
+from embodied_ros.node_infra.config import GraphConfig, from_flat, load_config, to_parameters
+from embodied_ros.node_infra.schedule import SKIPPED, LockstepGate, StepClock, runs_on, source_step
 
 
 def test_step_clock_maps_steps_to_stamps_and_back():
@@ -86,8 +86,8 @@ def test_config_file_resolves_the_bundle_next_to_it(tmp_path):
 def test_shipped_config_loads_and_documents_every_setting():
     from pathlib import Path
 
-    from embodied_ros.graph.config import parameter_fields
-    from embodied_ros.graph.paths import default_config
+    from embodied_ros.node_infra.config import parameter_fields
+    from embodied_ros.node_infra.paths import default_config
 
     path = default_config()
     config = load_config(path)
@@ -100,7 +100,7 @@ def test_shipped_config_loads_and_documents_every_setting():
 
 
 def test_docs_list_every_setting():
-    from embodied_ros.graph.config import parameter_fields
+    from embodied_ros.node_infra.config import parameter_fields
     from embodied_ros.share import package_root
 
     text = (package_root() / "docs" / "graph.md").read_text()
@@ -109,7 +109,7 @@ def test_docs_list_every_setting():
 
 
 def test_free_running_stage_runs_on_arrival_at_most_once_per_period():
-    from embodied_ros.graph.schedule import FreeRunTrigger
+    from embodied_ros.node_infra.schedule import FreeRunTrigger
 
     # perception every 2 steps of 100 ns, observations every step
     trigger = FreeRunTrigger(period_ns=200, upstream_periods_ns={"observation": 100}, slack_ns=50)
@@ -120,7 +120,7 @@ def test_free_running_stage_runs_on_arrival_at_most_once_per_period():
 
 
 def test_free_running_stage_waits_for_a_slower_upstream_due_on_the_same_step():
-    from embodied_ros.graph.schedule import FreeRunTrigger
+    from embodied_ros.node_infra.schedule import FreeRunTrigger
 
     # the prefix (every step) reads observations (every step) and embeddings (every 2 steps)
     trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"observation": 100, "perception": 200},
@@ -134,7 +134,7 @@ def test_free_running_stage_waits_for_a_slower_upstream_due_on_the_same_step():
 
 
 def test_a_re_solving_stage_runs_at_once_on_new_input_and_on_its_timer_in_between():
-    from embodied_ros.graph.schedule import FreeRunTrigger
+    from embodied_ros.node_infra.schedule import FreeRunTrigger
 
     # the action head (every step) over a prefix made every 2 steps
     trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"prefix": 200}, slack_ns=50, resolves=True)
@@ -170,7 +170,7 @@ def _simulate(trigger, arrivals, end_ns):
 
 
 def test_action_head_runs_every_step_over_a_prefix_and_prediction_made_every_third_step():
-    from embodied_ros.graph.schedule import FreeRunTrigger
+    from embodied_ros.node_infra.schedule import FreeRunTrigger
 
     # lingbot_va.yaml: step 100, prefix and world every 3 steps (the world 8 after its prefix)
     trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"prefix": 300, "world": 300}, slack_ns=50,
@@ -185,7 +185,7 @@ def test_action_head_runs_every_step_over_a_prefix_and_prediction_made_every_thi
 
 
 def test_action_head_follows_a_jittery_prefix_made_every_step_without_extra_runs():
-    from embodied_ros.graph.schedule import FreeRunTrigger
+    from embodied_ros.node_infra.schedule import FreeRunTrigger
 
     trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"prefix": 100}, slack_ns=50, resolves=True)
     jitter = np.random.default_rng(0).uniform(-30, 30, 60)
@@ -195,7 +195,7 @@ def test_action_head_follows_a_jittery_prefix_made_every_step_without_extra_runs
 
 
 def test_action_head_keeps_re_solving_every_step_when_its_upstream_falls_silent():
-    from embodied_ros.graph.schedule import FreeRunTrigger
+    from embodied_ros.node_infra.schedule import FreeRunTrigger
 
     trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"prefix": 100}, slack_ns=50, resolves=True)
     runs = _simulate(trigger, [(100 * k + 40, "prefix") for k in range(10)], end_ns=3_000)

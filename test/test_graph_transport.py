@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message
 
-from embodied_ros.graph.transport import (
+from embodied_ros.node_infra.transport import (
     ResultStore, chunk_to_msg, decode_output, encode_output, msg_to_chunk, tensor_to_array, array_to_tensor,
 )
 from embodied_ros.msg import ActionChunk, StageOutput

@@ -21,10 +21,10 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
 from embodied_ros.graph.composed import ComposedGraph
-from embodied_ros.graph.config import load_config
+from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.monitor import GraphMonitor
-from embodied_ros.graph.spinning import SpinThread
-from embodied_ros.graph.topics import INSTRUCTION, JOINT_STATES, camera_topic
+from embodied_ros.node_infra.spinning import SpinThread
+from embodied_ros.node_infra.topics import INSTRUCTION, JOINT_STATES, camera_topic
 from embodied_ros.graph.up import live_line
 from embodied_ros.inputs.image import array_to_image
 from embodied_ros.inputs.stamps import ns_to_time
@@ -223,7 +223,7 @@ def test_a_mismatch_names_topic_policy_and_both_sides():
     from rclpy.duration import Duration
     from rclpy.qos import QoSPolicyKind
 
-    from embodied_ros.graph.topics import INSTRUCTION_ANY_QOS, qos_mismatch
+    from embodied_ros.node_infra.topics import INSTRUCTION_ANY_QOS, qos_mismatch
 
     assert qos_mismatch("/instruction", QoSPolicyKind.RELIABILITY, INSTRUCTION_ANY_QOS, qos_profile_sensor_data,
                         "/ns/talker") == ("publisher /ns/talker on /instruction offers reliability best_effort; "
@@ -238,7 +238,7 @@ def test_a_publisher_discovery_has_not_named_yet_is_named_once_it_is_known():
 
     from rclpy.qos import QoSPolicyKind
 
-    from embodied_ros.graph.topics import INSTRUCTION_ANY_QOS
+    from embodied_ros.node_infra.topics import INSTRUCTION_ANY_QOS
     from embodied_ros.nodes.input_qos import UNKNOWN_NODE_NAME, InputMismatches
 
     publisher = SimpleNamespace(node_name=UNKNOWN_NODE_NAME, node_namespace="_NODE_NAMESPACE_UNKNOWN_",

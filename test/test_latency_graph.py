@@ -10,8 +10,8 @@ import signal
 import subprocess
 import sys
 
-from embodied_ros.graph.config import load_config
-from embodied_ros.graph.paths import default_config
+from embodied_ros.node_infra.config import load_config
+from embodied_ros.node_infra.paths import default_config
 from embodied_ros.share import package_root
 from embodied_ros.replay.latency import load_budget
 from embodied_ros.replay.latency_probe import measure_latency

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from embodied_ros.graph.config import flatten, load_config
+from embodied_ros.node_infra.config import flatten, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from embodied_ros.graph.config import ScheduleConfig, load_config
-from embodied_ros.graph.node_table import NODE_NAMES, NODES, graph_nodes, node_class, node_spec, upstream_of
-from embodied_ros.graph.noise import stage_noise
+from embodied_ros.node_infra.config import ScheduleConfig, load_config
+from embodied_ros.node_infra.node_table import NODE_NAMES, NODES, graph_nodes, node_class, node_spec, upstream_of
+from embodied_ros.node_infra.noise import stage_noise
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXED_SCRIPTS = {"embodied-ros": "embodied_ros.cli.main:main",
-                 "embodied-ros-container": "embodied_ros.nodes.container:main"}
+                 "embodied-ros-container": "embodied_ros.graph.container:main"}
 
 
 def test_setup_cfg_console_scripts_are_the_node_tables_plus_the_cli_and_container():
@@ -90,9 +90,9 @@ def main(args=None):
 WITH_THE_NEW_NODE = '''
 import sys
 
-from embodied_ros.graph.config import load_config, parameter_fields
+from embodied_ros.node_infra.config import load_config, parameter_fields
 from embodied_ros.graph.launch_plan import launch_plan
-from embodied_ros.graph.node_table import graph_nodes, node_class, upstream_of
+from embodied_ros.node_infra.node_table import graph_nodes, node_class, upstream_of
 from embodied_ros.graph.processes import node_command
 
 config = load_config(None, {"schedule.smoother": 3})
@@ -112,7 +112,7 @@ def test_a_new_node_is_a_table_row_and_its_module(tmp_path):
     """Adding a node to a copy of the package: its row and its module, nothing else."""
     package = tmp_path / "embodied_ros"
     shutil.copytree(ROOT / "embodied_ros", package, ignore=shutil.ignore_patterns("__pycache__"))
-    table = package / "graph" / "node_table.py"
+    table = package / "node_infra" / "node_table.py"
     text = table.read_text()
     assert text.count('    GraphNodeSpec("controller",') == 1
     table.write_text(text.replace('    GraphNodeSpec("controller",', NEW_ROW + '    GraphNodeSpec("controller",'))

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from embodied_ros.graph.node_table import graph_nodes
-from embodied_ros.graph.config import load_config
-from embodied_ros.graph.paths import dds_environment
+from embodied_ros.node_infra.node_table import graph_nodes
+from embodied_ros.node_infra.config import load_config
+from embodied_ros.node_infra.paths import dds_environment
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.pipeline.stages import load_runtime
 from graph_bundles import pi05_bundle

@@ -11,7 +11,7 @@ from rclpy.context import Context
 from rclpy.lifecycle import TransitionCallbackReturn
 
 from embodied_ros.graph.composed import ComposedGraph
-from embodied_ros.graph.config import load_config
+from embodied_ros.node_infra.config import load_config
 from embodied_ros.nodes.perception import PerceptionNode
 from fake_runtime import FakeRuntime
 from graph_harness import Outside, next_domain, streaming_since, wait_for
@@ -72,7 +72,7 @@ def test_deactivate_and_activate_again():
 def test_a_failing_callback_is_logged_and_the_thread_keeps_spinning(capfd):
     from rclpy.executors import SingleThreadedExecutor
 
-    from embodied_ros.graph.spinning import SpinThread
+    from embodied_ros.node_infra.spinning import SpinThread
 
     context = Context()
     rclpy.init(context=context, domain_id=next_domain())
@@ -103,7 +103,7 @@ def test_a_shutdown_signal_mid_wait_ends_the_thread_without_an_error(capfd):
     waiting fails building its wait set ("the given context is not valid"): the end, not a failure."""
     from rclpy.executors import SingleThreadedExecutor
 
-    from embodied_ros.graph.spinning import SpinThread
+    from embodied_ros.node_infra.spinning import SpinThread
 
     context = Context()
     rclpy.init(context=context, domain_id=next_domain())

@@ -47,8 +47,8 @@ class _Output:
 
 COMPOSED_WITH_FAKE_RUNTIME = """
 import sys
-from embodied_ros.graph.config import load_config
-from embodied_ros.nodes.container import serve
+from embodied_ros.node_infra.config import load_config
+from embodied_ros.graph.container import serve
 from fake_runtime import FakeRuntime
 
 config = load_config(None, {"layout": "composed", "diagnostics.period_s": 0.2, "controller.joints": ["j0", "j1", "j2"]})
@@ -123,7 +123,7 @@ def test_node_process_exits_0_when_a_callback_meets_the_context_closed_by_ctrl_c
 
 def test_container_with_a_missing_bundle_fails_with_one_line(tmp_path, ros_domain_id):
     missing = tmp_path / "missing.gguf"
-    result = subprocess.run([sys.executable, "-m", "embodied_ros.nodes.container", "--bundle", str(missing)],
+    result = subprocess.run([sys.executable, "-m", "embodied_ros.graph.container", "--bundle", str(missing)],
                             env=_environment(ros_domain_id), capture_output=True, text=True, timeout=60)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 1

@@ -6,7 +6,7 @@ import rclpy
 from rclpy.context import Context
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from embodied_ros.graph.config import load_config
+from embodied_ros.node_infra.config import load_config
 from embodied_ros.nodes.synthetic import SyntheticRobot
 from embodied_ros.replay.synthetic import SyntheticConfig, measured_at, targets_at
 from embodied_ros.sim import robot

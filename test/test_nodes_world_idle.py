@@ -11,8 +11,8 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import TransitionCallbackReturn
 
-from embodied_ros.graph.topics import stage_qos, stage_topic
-from embodied_ros.graph.transport import encode_output
+from embodied_ros.node_infra.topics import stage_qos, stage_topic
+from embodied_ros.node_infra.transport import encode_output
 from embodied_ros.msg import StageOutput
 from embodied_ros.nodes.world import WorldNode
 from embodied_ros.pipeline.types import StageResult

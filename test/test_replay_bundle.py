@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from embodied_ros.cli.main import main
-from embodied_ros.graph.config import load_config
-from embodied_ros.graph.noise import stage_noise
-from embodied_ros.graph.paths import default_config
+from embodied_ros.node_infra.config import load_config
+from embodied_ros.node_infra.noise import stage_noise
+from embodied_ros.node_infra.paths import default_config
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.replay.bag_reader import read_episode

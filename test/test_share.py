@@ -2,7 +2,7 @@
 
 import pytest
 
-from embodied_ros.graph.paths import default_config, fastdds_profile
+from embodied_ros.node_infra.paths import default_config, fastdds_profile
 from embodied_ros.share import SOURCE_ROOT, is_source_checkout, package_root, share_path
 
 

@@ -6,7 +6,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.context import Context
 
 from embodied_ros.graph.monitor import GraphMonitor
-from embodied_ros.graph.stats import reason_kind
+from embodied_ros.node_infra.stats import reason_kind
 from embodied_ros.graph.up import UpReport, format_report
 from embodied_ros.nodes.state_log import StateLog
 from graph_harness import next_domain

@@ -1,6 +1,6 @@
 """`up` on a composed graph with the test runtime: it runs, summarizes and reports the command stream."""
 
-from embodied_ros.graph.config import load_config
+from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.up import format_report, run_up
 from fake_runtime import FakeRuntime
 from graph_harness import next_domain

@@ -15,8 +15,8 @@ def load_graph_config(config: str | None, bundle: str | None, settings: Sequence
 
     from embodied_ros.bundle import BundleError, open_bundle
     from embodied_ros.bundle.scan import starts_like_a_bundle
-    from embodied_ros.graph.config import load_config
-    from embodied_ros.graph.paths import default_config, family_config
+    from embodied_ros.node_infra.config import load_config
+    from embodied_ros.node_infra.paths import default_config, family_config
 
     flat = {}
     for item in settings:

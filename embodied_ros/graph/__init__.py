@@ -1,1 +1,2 @@
-"""The graph around the nodes: config, schedule, stage transport, composition, lock-step driver, `up`."""
+"""The nodes assembled into a graph: composition in one process (and its container executable), the
+launch plan, separate processes, the lock-step driver, the monitor and `up`."""

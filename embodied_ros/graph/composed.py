@@ -13,10 +13,10 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import TransitionCallbackReturn
 
-from embodied_ros.graph.config import GraphConfig
-from embodied_ros.graph.node_table import graph_nodes, node_class, node_spec
-from embodied_ros.graph.spinning import SpinThread
-from embodied_ros.graph.transport import ResultStore
+from embodied_ros.node_infra.config import GraphConfig
+from embodied_ros.node_infra.node_table import graph_nodes, node_class, node_spec
+from embodied_ros.node_infra.spinning import SpinThread
+from embodied_ros.node_infra.transport import ResultStore
 from embodied_ros.nodes.params import node_parameters
 from embodied_ros.nodes.run import bring_up
 from embodied_ros.nodes.runtime_cache import acquire_runtime

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied_ros.graph.config import load_config
-from embodied_ros.graph.node_table import NODES
+from embodied_ros.node_infra.config import load_config
+from embodied_ros.node_infra.node_table import NODES
 from embodied_ros.nodes.params import node_parameters
 
 CONTAINER = "embodied-ros-container"

@@ -31,18 +31,18 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
 from embodied_ros.graph.composed import ComposedGraph
-from embodied_ros.graph.config import GraphConfig
-from embodied_ros.graph.node_table import graph_nodes
-from embodied_ros.graph.paths import using_dds_environment
+from embodied_ros.node_infra.config import GraphConfig
+from embodied_ros.node_infra.node_table import graph_nodes
+from embodied_ros.node_infra.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_until_active
-from embodied_ros.graph.schedule import StepClock, runs_on
-from embodied_ros.graph.stats import status_values
-from embodied_ros.graph.topics import (
+from embodied_ros.node_infra.schedule import StepClock, runs_on
+from embodied_ros.node_infra.stats import status_values
+from embodied_ros.node_infra.topics import (
     ACTION_CHUNK, CLOCK, COMMANDED, INPUT_STATUS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, TIMING,
     camera_topic, lockstep_qos,
 )
-from embodied_ros.graph.transport import msg_to_chunk
+from embodied_ros.node_infra.transport import msg_to_chunk
 from embodied_ros.inputs.errors import InputError
 from embodied_ros.inputs.image import array_to_image
 from embodied_ros.inputs.instruction import instruction_from_msg

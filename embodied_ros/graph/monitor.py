@@ -13,9 +13,9 @@ from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from embodied_ros.graph.node_table import NODE_NAMES
-from embodied_ros.graph.stats import percentiles, reason_kind
-from embodied_ros.graph.topics import DIAGNOSTICS, TIMING, command_topic
+from embodied_ros.node_infra.node_table import NODE_NAMES
+from embodied_ros.node_infra.stats import percentiles, reason_kind
+from embodied_ros.node_infra.topics import DIAGNOSTICS, TIMING, command_topic
 from embodied_ros.inputs.stamps import time_to_ns
 from embodied_ros.msg import StageTiming
 

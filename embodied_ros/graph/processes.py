@@ -18,9 +18,9 @@ from typing import Sequence
 
 import yaml
 
-from embodied_ros.graph.config import GraphConfig
-from embodied_ros.graph.node_table import node_spec
-from embodied_ros.graph.paths import dds_environment
+from embodied_ros.node_infra.config import GraphConfig
+from embodied_ros.node_infra.node_table import node_spec
+from embodied_ros.node_infra.paths import dds_environment
 from embodied_ros.share import SOURCE_ROOT, is_source_checkout
 from embodied_ros.nodes.params import node_parameters
 

@@ -13,13 +13,13 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
 from embodied_ros.graph.composed import ComposedGraph
-from embodied_ros.graph.config import GraphConfig
+from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.graph.monitor import GraphMonitor
-from embodied_ros.graph.node_table import graph_nodes
-from embodied_ros.graph.paths import using_dds_environment
+from embodied_ros.node_infra.node_table import graph_nodes
+from embodied_ros.node_infra.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_until_active
-from embodied_ros.graph.spinning import SpinThread, interrupts_ignored
+from embodied_ros.node_infra.spinning import SpinThread, interrupts_ignored
 from embodied_ros.nodes.controller import WAITING_FOR_FIRST_CHUNK
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.nodes.synthetic import SyntheticRobot

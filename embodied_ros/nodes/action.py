@@ -6,9 +6,9 @@ With real-time chunking (`rtc.enabled`) each chunk continues the one it publishe
 from __future__ import annotations
 
 from embodied_ros.deploy.continuation import ChunkContinuer, DelayEstimate
-from embodied_ros.graph.noise import stage_noise
-from embodied_ros.graph.topics import ACTION_CHUNK, stage_qos
-from embodied_ros.graph.transport import chunk_to_msg
+from embodied_ros.node_infra.noise import stage_noise
+from embodied_ros.node_infra.topics import ACTION_CHUNK, stage_qos
+from embodied_ros.node_infra.transport import chunk_to_msg
 from embodied_ros.msg import ActionChunk
 from embodied_ros.nodes.stage import StageNode
 

@@ -18,12 +18,12 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 
-from embodied_ros.graph.config import GraphConfig
-from embodied_ros.graph.schedule import StepClock
-from embodied_ros.graph.spinning import PeriodicThread
-from embodied_ros.graph.stats import StageStats
-from embodied_ros.graph.topics import CLOCK, CLOCK_QOS, DIAGNOSTICS, DIAGNOSTICS_QOS, TIMING, timing_qos
-from embodied_ros.graph.transport import PROCESS_STORE, ResultStore, timing_msg
+from embodied_ros.node_infra.config import GraphConfig
+from embodied_ros.node_infra.schedule import StepClock
+from embodied_ros.node_infra.spinning import PeriodicThread
+from embodied_ros.node_infra.stats import StageStats
+from embodied_ros.node_infra.topics import CLOCK, CLOCK_QOS, DIAGNOSTICS, DIAGNOSTICS_QOS, TIMING, timing_qos
+from embodied_ros.node_infra.transport import PROCESS_STORE, ResultStore, timing_msg
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import StageTiming
 from embodied_ros.nodes.params import declare_config, read_config

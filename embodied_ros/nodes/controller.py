@@ -23,13 +23,13 @@ from embodied_ros.deploy import ActionMapping, Command, CommandLogic, JointLimit
 from embodied_ros.deploy.continuation import merge
 from embodied_ros.deploy.mapping import chunk_column_names
 from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_array, joint_trajectory
-from embodied_ros.graph.schedule import LockstepGate
-from embodied_ros.graph.stats import PeriodStats, diagnostic_status, reason_kind, status_values
-from embodied_ros.graph.topics import (
+from embodied_ros.node_infra.schedule import LockstepGate
+from embodied_ros.node_infra.stats import PeriodStats, diagnostic_status, reason_kind, status_values
+from embodied_ros.node_infra.topics import (
     ACTION_CHUNK, COMMANDED, INPUT_STATUS, JOINT_STATES, command_qos, command_topic, sensor_qos, stage_qos,
     status_qos,
 )
-from embodied_ros.graph.transport import msg_to_chunk
+from embodied_ros.node_infra.transport import msg_to_chunk
 from embodied_ros.inputs import InputError, JointStateSelector
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import ActionChunk

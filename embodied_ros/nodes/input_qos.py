@@ -14,7 +14,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSCompatibility, QoSPolicyKind, qos_check_compatible
 from rclpy.subscription import Subscription
 
-from embodied_ros.graph.topics import qos_mismatch
+from embodied_ros.node_infra.topics import qos_mismatch
 
 UNKNOWN_NODE_NAME = "_NODE_NAME_UNKNOWN_"  # the middleware's name for an endpoint whose node is not known yet
 

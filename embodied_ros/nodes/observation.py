@@ -18,12 +18,12 @@ from rclpy.qos import DurabilityPolicy, QoSPolicyKind
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
-from embodied_ros.graph.stats import diagnostic_status
-from embodied_ros.graph.topics import (
+from embodied_ros.node_infra.stats import diagnostic_status
+from embodied_ros.node_infra.topics import (
     INPUT_STATUS, INSTRUCTION, INSTRUCTION_ANY_QOS, INSTRUCTION_QOS, JOINT_STATES, camera_topic, sensor_qos,
     stage_qos, stage_topic, status_qos,
 )
-from embodied_ros.graph.transport import encode_output
+from embodied_ros.node_infra.transport import encode_output
 from embodied_ros.inputs import ImageConversion, InputBuffer, InputError, JointStateSelector, image_to_rgb8
 from embodied_ros.inputs.instruction import NewestPerPublisher, instruction_from_msg
 from embodied_ros.inputs.latest import InputSample

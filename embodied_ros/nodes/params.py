@@ -9,7 +9,7 @@ from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from embodied_ros.graph.config import GraphConfig, from_flat, parameter_fields, to_parameters
+from embodied_ros.node_infra.config import GraphConfig, from_flat, parameter_fields, to_parameters
 
 _EMPTY_LIST_TYPES = {
     "tuple[str, ...]": Parameter.Type.STRING_ARRAY,

@@ -15,8 +15,8 @@ from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 
-from embodied_ros.graph.node_table import NODE_NAMES, node_spec
-from embodied_ros.graph.spinning import spin_until_shutdown
+from embodied_ros.node_infra.node_table import NODE_NAMES, node_spec
+from embodied_ros.node_infra.spinning import spin_until_shutdown
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

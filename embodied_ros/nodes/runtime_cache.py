@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from embodied_ros.graph.config import GraphConfig
+from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.pipeline.stages import Runtime, infer, load_runtime
 from embodied_ros.pipeline.types import Observation
 

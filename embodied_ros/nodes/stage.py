@@ -14,10 +14,10 @@ from typing import Any
 
 from rclpy.timer import Timer
 
-from embodied_ros.graph.node_table import upstream_of
-from embodied_ros.graph.schedule import FreeRunTrigger, LockstepGate
-from embodied_ros.graph.topics import stage_qos, stage_topic
-from embodied_ros.graph.transport import decode_output, encode_output
+from embodied_ros.node_infra.node_table import upstream_of
+from embodied_ros.node_infra.schedule import FreeRunTrigger, LockstepGate
+from embodied_ros.node_infra.topics import stage_qos, stage_topic
+from embodied_ros.node_infra.transport import decode_output, encode_output
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import StageOutput
 from embodied_ros.nodes.base import GraphNode

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from embodied_ros.graph.stats import reason_kind
+from embodied_ros.node_infra.stats import reason_kind
 
 
 class StateLog:

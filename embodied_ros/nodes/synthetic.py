@@ -19,8 +19,8 @@ from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.deploy.messages import command_positions
-from embodied_ros.graph.config import GraphConfig
-from embodied_ros.graph.topics import COMMAND_TOPICS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, camera_topic
+from embodied_ros.node_infra.config import GraphConfig
+from embodied_ros.node_infra.topics import COMMAND_TOPICS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, camera_topic
 from embodied_ros.inputs.image import array_to_image
 from embodied_ros.inputs.stamps import ns_to_time
 from embodied_ros.sim import robot

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from embodied_ros.graph.config import GraphConfig
+from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.replay.episode import Episode
 from embodied_ros.replay.record import ReplayRecord, StageRun
 from embodied_ros.replay.steps import StateSelector
@@ -80,7 +80,7 @@ class _Recorder:
         return timeline.to_bag(wall_ns)
 
     def _on_chunk(self, msg) -> None:
-        from embodied_ros.graph.transport import msg_to_chunk
+        from embodied_ros.node_infra.transport import msg_to_chunk
         from embodied_ros.inputs.stamps import time_to_ns
 
         received = time.time_ns()

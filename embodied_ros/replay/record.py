@@ -55,7 +55,7 @@ def write_output_bag(path: Path, record: ReplayRecord, topic_map: TopicMap, cont
                      command_period_ns: int, storage: str) -> dict[str, int]:
     """The produced chunks, commands and stage timings as a new bag; returns messages per topic."""
     from embodied_ros.deploy.messages import float64_multi_array, joint_trajectory
-    from embodied_ros.graph.transport import chunk_to_msg, timing_msg
+    from embodied_ros.node_infra.transport import chunk_to_msg, timing_msg
 
     events = [(t, 0, topic_map.action_chunk, m.ACTION_CHUNK, chunk_to_msg(c, t)) for t, c in record.chunks]
     for t, positions in record.commands:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied_ros.deploy.mapping import ActionMapping
-from embodied_ros.graph.config import GraphConfig
+from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.replay.bag_reader import bag_topics, read_episode
 from embodied_ros.replay.episode import Episode
 from embodied_ros.replay.record import ReplayRecord, StageRun, compute_metrics, report_series, write_output_bag

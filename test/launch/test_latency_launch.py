@@ -20,8 +20,8 @@ import pytest
 from launch.actions import IncludeLaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 
-from embodied_ros.graph.config import load_config
-from embodied_ros.graph.paths import default_config
+from embodied_ros.node_infra.config import load_config
+from embodied_ros.node_infra.paths import default_config
 from embodied_ros.share import package_root
 from embodied_ros.replay.latency import load_budget
 from embodied_ros.replay.latency_probe import measure_latency

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from embodied_ros.graph.node_table import node_spec
+from embodied_ros.node_infra.node_table import node_spec
 
 
 def stage_noise(seed: int, stage: str, step: int, shape: tuple[int, ...]) -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from embodied_ros.graph.node_table import node_spec, scheduled_nodes
+from embodied_ros.node_infra.node_table import node_spec, scheduled_nodes
 
 RELIABILITIES = ("best_effort", "reliable")
 

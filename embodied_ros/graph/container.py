@@ -20,8 +20,8 @@ import yaml
 from rclpy.utilities import remove_ros_args
 
 from embodied_ros.graph.composed import ComposedGraph
-from embodied_ros.graph.config import GraphConfig, load_config
-from embodied_ros.graph.paths import default_config
+from embodied_ros.node_infra.config import GraphConfig, load_config
+from embodied_ros.node_infra.paths import default_config
 from embodied_ros.nodes.run import ignore_ending_signals, stopped_by_signals
 from embodied_ros.pipeline.stages import Runtime
 
