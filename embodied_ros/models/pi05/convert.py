@@ -66,7 +66,8 @@ def detect(source: Path) -> bool:
         config = json.loads((source / CONFIG_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return config.get("type") == "pi05" or {"vision", "language_model", "expert"} <= set(config)
+    return config.get("type") == "pi05" or ({"vision", "language_model", "expert"} <= set(config)
+                                            and "suffix" not in config)  # a pi0 record has a suffix
 
 
 # What `overrides` may set (`embodied-ros bundle convert --set KEY=VALUE`, --tokenizer FILE).
@@ -257,25 +258,32 @@ def _processor_state(source: Path, pipeline_file: str, step_name: str) -> tuple[
     return {}, {}
 
 
-def _quantiles(tensors: Mapping[str, np.ndarray], feature: str, mode: str, what: str) -> dict[str, np.ndarray]:
+# LeRobot's normalization modes -> the statistics each reads (sequence/normalize.py picks the mode
+# back from which of them a bundle stores)
+NORMALIZATION_STATS = {"QUANTILES": ("q01", "q99"), "MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max")}
+
+
+def _mode_stats(tensors: Mapping[str, np.ndarray], feature: str, mode: str, what: str) -> dict[str, np.ndarray]:
     if mode == "IDENTITY":
         return {}
-    if mode != "QUANTILES":
-        raise ValueError(f"{what} normalization {mode!r} is not supported (pi0.5 uses QUANTILES or IDENTITY)")
+    if mode not in NORMALIZATION_STATS:
+        raise ValueError(f"{what} normalization {mode!r} is not supported "
+                         f"(supported: IDENTITY, {', '.join(NORMALIZATION_STATS)})")
     try:
-        return {"q01": np.asarray(tensors[f"{feature}.q01"], np.float32).reshape(-1),
-                "q99": np.asarray(tensors[f"{feature}.q99"], np.float32).reshape(-1)}
+        return {stat: np.asarray(tensors[f"{feature}.{stat}"], np.float32).reshape(-1)
+                for stat in NORMALIZATION_STATS[mode]}
     except KeyError as error:
         raise ValueError(f"normalizer stats lack {error} for the {what}") from None
 
 
-def _lerobot_stats(source: Path, raw: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+def _lerobot_stats(source: Path, raw: Mapping[str, Any],
+                   default_mode: str = "QUANTILES") -> dict[str, dict[str, np.ndarray]]:
     modes = raw.get("normalization_mapping", {})
     stats = {}
     _, pre = _processor_state(source, "policy_preprocessor.json", "normalizer_processor")
     _, post = _processor_state(source, "policy_postprocessor.json", "unnormalizer_processor")
-    state = _quantiles(pre, "observation.state", modes.get("STATE", "QUANTILES"), "state") if pre else {}
-    action = _quantiles(post, "action", modes.get("ACTION", "QUANTILES"), "action") if post else {}
+    state = _mode_stats(pre, "observation.state", modes.get("STATE", default_mode), "state") if pre else {}
+    action = _mode_stats(post, "action", modes.get("ACTION", default_mode), "action") if post else {}
     if state:
         stats["state"] = state
     if action:

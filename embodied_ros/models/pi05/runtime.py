@@ -24,13 +24,13 @@ from embodied_ros.pipeline.stages import ModelSpec
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 from embodied_ros.sequence import prompt as prompts
 from embodied_ros.sequence.images import model_image
-from embodied_ros.sequence.normalize import QuantileStats
+from embodied_ros.sequence.normalize import Normalizer, normalizer_of
 from embodied_ros.sequence.tokenizer import PromptTokenizer
 
 
 class Pi05Runtime:
     def __init__(self, model: Pi05Model, tokenizer: PromptTokenizer | None = None,
-                 state_stats: QuantileStats | None = None, action_stats: QuantileStats | None = None) -> None:
+                 state_stats: Normalizer | None = None, action_stats: Normalizer | None = None) -> None:
         config = model.config
         for stats, dim, what in ((state_stats, config.state_dim, "state"), (action_stats, config.action_dim, "action")):
             if stats is not None and stats.dim != dim:
@@ -54,9 +54,8 @@ class Pi05Runtime:
                    backend: str = "numba") -> "Pi05Runtime":
         stats = stats or {}
         tokenizer = None if tokenizer_model is None else PromptTokenizer(tokenizer_model, config.tokenizer_max_length)
-        state = QuantileStats(stats["state"]["q01"], stats["state"]["q99"]) if "state" in stats else None
-        action = QuantileStats(stats["action"]["q01"], stats["action"]["q99"]) if "action" in stats else None
-        return cls(Pi05Model(config, weights, backend), tokenizer, state, action)
+        return cls(Pi05Model(config, weights, backend), tokenizer, normalizer_of(stats.get("state")),
+                   normalizer_of(stats.get("action")))
 
     # ---- perception ------------------------------------------------------------------------
 
