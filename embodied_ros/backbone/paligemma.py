@@ -81,8 +81,8 @@ class PaliGemmaPrefix:
         cfg = self.config
         images = np.zeros((len(cfg.camera_names), 3, cfg.vision.image_size, cfg.vision.image_size), np.float32)
         camera_mask = np.arange(len(cfg.camera_names)) == 0
-        return self.build_prefix(self.image_tokens(images, camera_mask), camera_mask, np.zeros(2, np.int64),
-                                 np.array([True, False]))
+        return self.prefix_pass(self.image_tokens(images, camera_mask), camera_mask, np.zeros(2, np.int64),
+                                np.array([True, False]))[0]
 
     # ---- perception ------------------------------------------------------------------------
 
