@@ -85,10 +85,8 @@ def test_params_file_nests_dotted_names_for_ros():
 
 
 def test_warm_up_runs_every_stage_once_before_any_control_step():
-    from embodied_ros.nodes.runtime_cache import warm_up
-
     runtime = FakeRuntime(has_world_model=True)
-    warm_up(runtime)
+    runtime.warm_up()
     assert [stage for stage, _ in runtime.calls] == ["perception", "prefix", "world", "action"]
 
 

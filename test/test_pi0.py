@@ -180,3 +180,18 @@ def test_launch_file_includes_the_graph_launch_with_the_pi0_config(monkeypatch):
     [declare, include] = launch_file.generate_launch_description().args[0]
     assert declare.kwargs["default_value"] == str(ROOT / "config" / "pi0.yaml")
     assert include.args[0].args[0] == str(ROOT / "launch" / "pi05.launch.py")
+
+
+def test_spec_comes_from_the_bundle_metadata_alone(monkeypatch):
+    from embodied_ros.bundle.reader import Bundle
+    from embodied_ros.pipeline.stages import load_runtime as load_any, read_spec
+
+    bundles = [ROOT / "bundles" / name for name in ("pi0_tiny.gguf", "pi05_tiny.gguf", "lingbot_va_small.gguf")]
+    specs = [load_any(path).spec for path in bundles]
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("reading a spec mapped the weights")
+
+    monkeypatch.setattr(Bundle, "weights", no_weights)
+    monkeypatch.setattr(Bundle, "weight", no_weights)
+    assert [read_spec(path) for path in bundles] == specs

@@ -19,6 +19,7 @@ import numpy as np
 from embodied_ros.backbone.prefix_cache import PrefixCache
 from embodied_ros.models.pi0.config import ARCHITECTURE, Pi0Config
 from embodied_ros.models.pi0.model import Pi0Model
+from embodied_ros.models.pi05.runtime import config_of, model_spec
 from embodied_ros.pipeline.stages import ModelSpec
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 from embodied_ros.sequence.images import model_image
@@ -29,15 +30,6 @@ from embodied_ros.sequence.tokenizer import PromptTokenizer
 def prompt_text(task: str) -> str:
     """LeRobot's pi0 prompt: the task as given, ending with one newline (PaliGemma's convention)."""
     return task if task.endswith("\n") else f"{task}\n"
-
-
-def model_spec(config: Pi0Config) -> ModelSpec:
-    size = config.vision.image_size
-    return ModelSpec(
-        architecture=ARCHITECTURE, camera_names=config.camera_names, image_size=(size, size),
-        state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
-        action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
-        world_noise_shape=None, has_world_model=False)
 
 
 class Pi0Runtime:
@@ -53,7 +45,7 @@ class Pi0Runtime:
         self.state_stats = state_stats
         self.action_stats = action_stats
         self.noise_rng = np.random.default_rng(config.noise_seed)
-        self.spec = model_spec(config)
+        self.spec = model_spec(config, ARCHITECTURE)
 
     @classmethod
     def from_parts(cls, config: Pi0Config, weights: Mapping[str, Any], tokenizer_model: bytes | None = None,
@@ -137,22 +129,12 @@ class Pi0Runtime:
         return actions.astype(np.float32)
 
 
-def config_of(bundle) -> Pi0Config:
-    """The model config from a bundle's metadata alone (no weights read)."""
-    robot = bundle.robot
-    if robot is None:
-        raise ValueError(f"{bundle.path}: pi0 bundle lacks robot metadata (state/action names, action period)")
-    return Pi0Config.from_bundle_sections(
-        bundle.config, bundle.solver,
-        {"state_names": robot.state_names, "action_names": robot.action_names,
-         "action_period_s": robot.action_period_s})
+def spec_of(bundle) -> ModelSpec:
+    return model_spec(config_of(bundle, Pi0Config), ARCHITECTURE)
 
 
-def load_runtime(bundle, backend: str = "numba", warm_up: bool = True) -> Pi0Runtime:
+def load_runtime(bundle, backend: str = "numba") -> Pi0Runtime:
     """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped.
-    With `warm_up` (the default) every kernel is compiled before this returns."""
-    runtime = Pi0Runtime.from_parts(config_of(bundle), bundle.weights(), bundle.tokenizer_model, bundle.stats,
-                                    backend)
-    if warm_up:
-        runtime.warm_up()
-    return runtime
+    Kernels compile at `warm_up()` or else at first use."""
+    return Pi0Runtime.from_parts(config_of(bundle, Pi0Config), bundle.weights(), bundle.tokenizer_model,
+                                 bundle.stats, backend)

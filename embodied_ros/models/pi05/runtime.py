@@ -28,6 +28,15 @@ from embodied_ros.sequence.normalize import Normalizer, normalizer_of
 from embodied_ros.sequence.tokenizer import PromptTokenizer
 
 
+def model_spec(config: Pi05Config, architecture: str = "pi05") -> ModelSpec:
+    size = config.vision.image_size
+    return ModelSpec(
+        architecture=architecture, camera_names=config.camera_names, image_size=(size, size),
+        state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
+        action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
+        world_noise_shape=None, has_world_model=False)
+
+
 class Pi05Runtime:
     def __init__(self, model: Pi05Model, tokenizer: PromptTokenizer | None = None,
                  state_stats: Normalizer | None = None, action_stats: Normalizer | None = None) -> None:
@@ -41,12 +50,10 @@ class Pi05Runtime:
         self.state_stats = state_stats
         self.action_stats = action_stats
         self.noise_rng = np.random.default_rng(config.noise_seed)
-        size = config.vision.image_size
-        self.spec = ModelSpec(
-            architecture="pi05", camera_names=config.camera_names, image_size=(size, size),
-            state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
-            action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
-            world_noise_shape=None, has_world_model=False)
+        self.spec = model_spec(config)
+
+    def warm_up(self) -> None:
+        self.model.warm_up()
 
     @classmethod
     def from_parts(cls, config: Pi05Config, weights: Mapping[str, Any], tokenizer_model: bytes | None = None,
@@ -129,20 +136,24 @@ class Pi05Runtime:
         return actions.astype(np.float32)
 
 
-def load_runtime(bundle, backend: str = "numba", warm_up: bool = True) -> Pi05Runtime:
-    """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped.
-
-    With `warm_up` (the default) every kernel is compiled before this returns, so that no
-    compilation happens inside a control step (see Pi05Model.warm_up).
-    """
+def config_of(bundle, config_type=Pi05Config):
+    """The model config from a bundle's metadata alone (no weights read)."""
     robot = bundle.robot
     if robot is None:
-        raise ValueError(f"{bundle.path}: pi05 bundle lacks robot metadata (state/action names, action period)")
-    config = Pi05Config.from_bundle_sections(
+        raise ValueError(f"{bundle.path}: {bundle.architecture} bundle lacks robot metadata "
+                         "(state/action names, action period)")
+    return config_type.from_bundle_sections(
         bundle.config, bundle.solver,
         {"state_names": robot.state_names, "action_names": robot.action_names,
          "action_period_s": robot.action_period_s})
-    runtime = Pi05Runtime.from_parts(config, bundle.weights(), bundle.tokenizer_model, bundle.stats, backend)
-    if warm_up:
-        runtime.model.warm_up()
-    return runtime
+
+
+def spec_of(bundle) -> ModelSpec:
+    return model_spec(config_of(bundle))
+
+
+def load_runtime(bundle, backend: str = "numba") -> Pi05Runtime:
+    """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped.
+    Kernels compile at `warm_up()` (see Pi05Model.warm_up) or else at first use."""
+    return Pi05Runtime.from_parts(config_of(bundle), bundle.weights(), bundle.tokenizer_model, bundle.stats,
+                                  backend)
