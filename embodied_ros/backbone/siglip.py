@@ -14,12 +14,51 @@ as one [N * T, W] matrix; only attention is per camera.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from embodied_ros.models.pi05.config import VisionConfig
+from embodied_ros.backbone.checks import positive, require
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """SigLIP tower: square images cut into patch_size patches, pre-LN encoder layers."""
+
+    image_size: int
+    patch_size: int
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        positive("vision", image_size=self.image_size, patch_size=self.patch_size, width=self.width,
+                  depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads)
+        require(self.image_size % self.patch_size == 0,
+                 f"vision.image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
+        require(self.width % self.num_heads == 0,
+                 f"vision.width {self.width} is not divisible by num_heads {self.num_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.num_heads
+
+    @property
+    def patches_per_side(self) -> int:
+        return self.image_size // self.patch_size
+
+    @property
+    def tokens_per_camera(self) -> int:
+        return self.patches_per_side ** 2
+
+    @property
+    def patch_features(self) -> int:
+        return 3 * self.patch_size ** 2
+
+
 
 
 def patchify(images: np.ndarray, patch: int) -> np.ndarray:

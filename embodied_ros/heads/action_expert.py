@@ -28,7 +28,7 @@ from embodied_ros.backbone.prefix_cache import PrefixCache
 from embodied_ros.heads.flow import silu, time_embedding
 
 if TYPE_CHECKING:
-    from embodied_ros.models.pi05.config import GemmaConfig
+    from embodied_ros.backbone.gemma import GemmaConfig
 
 Modulation = tuple[np.ndarray, np.ndarray, np.ndarray]  # scale [E], shift [E], gate [1, E]
 

@@ -32,7 +32,7 @@ from embodied_ros.heads.flow import silu, time_embedding
 from embodied_ros.kernels.quant import QuantTensor
 
 if TYPE_CHECKING:
-    from embodied_ros.models.pi05.config import GemmaConfig
+    from embodied_ros.backbone.gemma import GemmaConfig
 
 
 def split_action_time_in(weight: Any, width: int) -> tuple[np.ndarray, np.ndarray]:
