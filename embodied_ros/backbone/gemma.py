@@ -53,6 +53,21 @@ class GemmaConfig:
 
 
 
+# transformers' Gemma decoder-layer parameter names -> the runtime's (q/k/v and gate/up are stacked
+# into `attn_qkv` and `ffn_gate_up` when a bundle is written)
+TRANSFORMERS_LAYER_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                            "self_attn.o_proj": "attn_out", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                            "mlp.down_proj": "ffn_down"}
+TRANSFORMERS_NORM_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+
+
+def linear_shapes(cfg: GemmaConfig) -> dict[str, tuple[int, int]]:
+    """Shapes of one layer's (stacked) linear weights, by the runtime's layer-relative names."""
+    q_rows, kv_rows = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    return {"attn_qkv": (q_rows + 2 * kv_rows, cfg.width), "attn_out": (cfg.width, q_rows),
+            "ffn_gate_up": (2 * cfg.mlp_dim, cfg.width), "ffn_down": (cfg.width, cfg.mlp_dim)}
+
+
 def row_slice(weight: Any, start: int, stop: int) -> Any:
     """Rows start..stop of a weight (float array, packed or quantized tensor), as a view where the
     layout allows (packed panels start every 32 rows; elsewhere the rows are packed anew)."""

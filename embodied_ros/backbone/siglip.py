@@ -61,6 +61,30 @@ class VisionConfig:
 
 
 
+# transformers' SigLIP encoder-layer parameter names -> the runtime's (q/k/v are stacked into
+# `attn_qkv` when a bundle is written)
+TRANSFORMERS_LAYER_NAMES = {"layer_norm1": "ln1", "layer_norm2": "ln2", "self_attn.q_proj": "attn_q",
+                            "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                            "self_attn.out_proj": "attn_out", "mlp.fc1": "fc1", "mlp.fc2": "fc2"}
+
+
+def tensor_shapes(cfg: VisionConfig, stack: str = "vision") -> dict[str, tuple[int, ...]]:
+    """Every tensor the tower reads, named `{stack}.patch.weight`, `{stack}.blk.{i}.attn_qkv.weight`, ..."""
+    v = cfg
+    shapes: dict[str, tuple[int, ...]] = {
+        f"{stack}.patch.weight": (v.width, v.patch_features), f"{stack}.patch.bias": (v.width,),
+        f"{stack}.position": (v.tokens_per_camera, v.width),
+        f"{stack}.post_ln.weight": (v.width,), f"{stack}.post_ln.bias": (v.width,),
+    }
+    for i in range(v.depth):
+        layer = {"ln1": (v.width,), "ln2": (v.width,), "attn_qkv": (3 * v.width, v.width),
+                 "attn_out": (v.width, v.width), "fc1": (v.mlp_dim, v.width), "fc2": (v.width, v.mlp_dim)}
+        for part, shape in layer.items():
+            shapes[f"{stack}.blk.{i}.{part}.weight"] = shape
+            shapes[f"{stack}.blk.{i}.{part}.bias"] = shape[:1]
+    return shapes
+
+
 def patchify(images: np.ndarray, patch: int) -> np.ndarray:
     """[N, 3, S, S] -> [N, T, P] with T = (S / patch)^2 patches in row-major order."""
     n, channels, height, width = images.shape

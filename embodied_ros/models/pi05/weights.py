@@ -33,6 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from embodied_ros.backbone import gemma, siglip
 from embodied_ros.models.pi05.config import Pi05Config
 
 _PALIGEMMA = r"model\.paligemma_with_expert\.paligemma\."
@@ -41,13 +42,9 @@ _LM = _PALIGEMMA + r"model\.language_model\."
 _EXPERT = r"model\.paligemma_with_expert\.gemma_expert\.model\."
 _LM_HEAD = "model.paligemma_with_expert.paligemma.lm_head.weight"
 
-_VISION_LAYER = {"layer_norm1": "ln1", "layer_norm2": "ln2", "self_attn.q_proj": "attn_q",
-                 "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.out_proj": "attn_out",
-                 "mlp.fc1": "fc1", "mlp.fc2": "fc2"}
-_GEMMA_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-                "self_attn.o_proj": "attn_out", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-                "mlp.down_proj": "ffn_down"}
-_NORMS = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+_VISION_LAYER = siglip.TRANSFORMERS_LAYER_NAMES
+_GEMMA_LAYER = gemma.TRANSFORMERS_LAYER_NAMES
+_NORMS = gemma.TRANSFORMERS_NORM_NAMES
 
 
 Rules = list[tuple[re.Pattern, str | None]]
@@ -157,24 +154,13 @@ def paligemma_shapes(config: Pi05Config) -> dict[str, tuple[int, ...]]:
     layers and LM norms, the action projections."""
     v, lm, ex = config.vision, config.lm, config.expert
     shapes: dict[str, tuple[int, ...]] = {
-        "vision.patch.weight": (v.width, v.patch_features), "vision.patch.bias": (v.width,),
-        "vision.position": (v.tokens_per_camera, v.width),
-        "vision.post_ln.weight": (v.width,), "vision.post_ln.bias": (v.width,),
+        **siglip.tensor_shapes(v, "vision"),
         "projector.weight": (lm.width, v.width), "projector.bias": (lm.width,),
         "lm.token_embd": (config.vocab_size, lm.width),
     }
-    for i in range(v.depth):
-        layer = {"ln1": (v.width,), "ln2": (v.width,), "attn_qkv": (3 * v.width, v.width),
-                 "attn_out": (v.width, v.width), "fc1": (v.mlp_dim, v.width), "fc2": (v.width, v.mlp_dim)}
-        for part, shape in layer.items():
-            if len(shape) == 2:
-                shapes[f"vision.blk.{i}.{part}.weight"], shapes[f"vision.blk.{i}.{part}.bias"] = shape, shape[:1]
-            else:
-                shapes[f"vision.blk.{i}.{part}.weight"] = shapes[f"vision.blk.{i}.{part}.bias"] = shape
     for stack, cfg in (("lm", lm), ("expert", ex)):
         for i in range(cfg.depth):
-            shapes.update({f"{stack}.blk.{i}.{part}.weight": shape
-                           for part, shape in _gemma_linear_shapes(cfg).items()})
+            shapes.update({f"{stack}.blk.{i}.{part}.weight": shape for part, shape in gemma.linear_shapes(cfg).items()})
     for i in range(lm.depth):
         for norm in ("attn_norm", "ffn_norm"):
             shapes[f"lm.blk.{i}.{norm}.weight"] = (lm.width,)
@@ -199,12 +185,6 @@ def expected_shapes(config: Pi05Config) -> dict[str, tuple[int, ...]]:
         "time_out.weight": (ex.width, ex.width), "time_out.bias": (ex.width,),
     })
     return shapes
-
-
-def _gemma_linear_shapes(cfg) -> dict[str, tuple[int, int]]:
-    q_rows, kv_rows = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    return {"attn_qkv": (q_rows + 2 * kv_rows, cfg.width), "attn_out": (cfg.width, q_rows),
-            "ffn_gate_up": (2 * cfg.mlp_dim, cfg.width), "ffn_down": (cfg.width, cfg.mlp_dim)}
 
 
 def check_weights(weights: Mapping[str, Any], config: Pi05Config,
