@@ -193,9 +193,9 @@ def audit_prefix_reuse(model, case: dict) -> dict:
     import numpy as np
 
     from embodied_ros.backbone import gemma
-    from embodied_ros.heads import action_expert, action_time_expert
+    from embodied_ros.heads import action_time_expert, adarms_expert
     expert_module, layer_name = ((action_time_expert, "decoder_layer") if "state" in case
-                                 else (action_expert, "expert_layer"))
+                                 else (adarms_expert, "expert_layer"))
     counts = {"prefix_passes": 0, "lm_layers": 0, "expert_layers": 0, "cache_reads": 0}
     cache_box = {}
     originals = gemma.prefix_pass, getattr(expert_module, layer_name)

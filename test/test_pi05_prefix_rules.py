@@ -8,7 +8,7 @@ import pytest
 
 from embodied_ros.backbone import gemma
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
-from embodied_ros.heads import action_expert
+from embodied_ros.heads import adarms_expert
 from embodied_ros.models.pi05.convert import read_checkpoint
 from embodied_ros.models.pi05.runtime import Pi05Runtime
 from embodied_ros.pipeline.stages import infer
@@ -82,7 +82,7 @@ def test_action_positions_off_by_one_fail_parity(tiny, monkeypatch):
 
 def test_one_prefix_pass_per_chunk_and_every_step_reads_that_cache(runtime, observation, monkeypatch):
     passes, caches_read = [], []
-    real_pass, real_velocity = gemma.prefix_pass, action_expert.velocity
+    real_pass, real_velocity = gemma.prefix_pass, adarms_expert.velocity
 
     def counting_pass(*args, **kwargs):
         passes.append(1)
@@ -93,7 +93,7 @@ def test_one_prefix_pass_per_chunk_and_every_step_reads_that_cache(runtime, obse
         return real_velocity(ks, cfg, weights, layers, cache, *rest)
 
     monkeypatch.setattr(gemma, "prefix_pass", counting_pass)
-    monkeypatch.setattr(action_expert, "velocity", recording_velocity)
+    monkeypatch.setattr(adarms_expert, "velocity", recording_velocity)
     embeddings = runtime.encode(observation)
     prefix = runtime.build_prefix(embeddings, observation)
     runtime.act(prefix, None, np.zeros(runtime.spec.noise_shape, np.float32))

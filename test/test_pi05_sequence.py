@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from embodied_ros.sequence import images, prefix, prompt
+from embodied_ros.models.pi05 import prompt
+from embodied_ros.sequence import images, prefix
 from embodied_ros.sequence.normalize import QuantileStats
 from embodied_ros.sequence.tokenizer import PromptTokenizer
 from pi05_fixtures import CHECKPOINT

@@ -3,7 +3,7 @@
     dt = -1 / steps;  for s in 0..steps-1:  t_s = float32(1 + s * dt);  x <- x + dt * v(x, t_s)
 
 The step times are fixed by the step count, so everything that depends only on t can be computed
-once, before any observation arrives (see `action_expert.StepConditioning`). The experts read t
+once, before any observation arrives (see `adarms_expert.StepConditioning`). The experts read t
 through the same sinusoid (`time_embedding`).
 """
 

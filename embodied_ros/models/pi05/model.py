@@ -16,7 +16,7 @@ import numpy as np
 
 from embodied_ros.backbone.paligemma import PaliGemmaPrefix
 from embodied_ros.backbone.prefix_cache import PrefixCache
-from embodied_ros.heads import action_expert, flow
+from embodied_ros.heads import adarms_expert, flow
 from embodied_ros.kernels.rope import rope_tables
 from embodied_ros.models.pi05.config import Pi05Config
 from embodied_ros.models.pi05.weights import check_weights, is_linear_weight
@@ -27,7 +27,7 @@ class Pi05Model(PaliGemmaPrefix):
         check_weights(weights, config)
         super().__init__(config, weights, backend, is_linear_weight)
         self.step_conditioning = tuple(
-            action_expert.step_conditioning(self.ks, self.weights, self.expert_layers, t,
+            adarms_expert.step_conditioning(self.ks, self.weights, self.expert_layers, t,
                                             config.time_min_period, config.time_max_period)
             for t in flow.euler_times(config.num_inference_steps))
 
@@ -48,7 +48,7 @@ class Pi05Model(PaliGemmaPrefix):
     def velocity(self, cache: PrefixCache, x_t: np.ndarray, step: int,
                  rope: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         rope = self.suffix_rope(cache) if rope is None else rope
-        return action_expert.velocity(self.ks, self.config.expert, self.weights, self.expert_layers, cache, x_t,
+        return adarms_expert.velocity(self.ks, self.config.expert, self.weights, self.expert_layers, cache, x_t,
                                       self.step_conditioning[step], rope)
 
     def sample_actions(self, cache: PrefixCache, noise: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from embodied_ros.models.pi05.config import Pi05Config
 from embodied_ros.models.pi05.model import Pi05Model
 from embodied_ros.pipeline.stages import ModelSpec
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
-from embodied_ros.sequence import prompt as prompts
+from embodied_ros.models.pi05 import prompt as prompts
 from embodied_ros.sequence.images import model_image
 from embodied_ros.sequence.normalize import Normalizer, normalizer_of
 from embodied_ros.sequence.tokenizer import PromptTokenizer
