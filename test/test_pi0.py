@@ -195,3 +195,20 @@ def test_spec_comes_from_the_bundle_metadata_alone(monkeypatch):
     monkeypatch.setattr(Bundle, "weights", no_weights)
     monkeypatch.setattr(Bundle, "weight", no_weights)
     assert [read_spec(path) for path in bundles] == specs
+
+
+def test_flow_solver_runs_either_time_direction_and_guidance_sees_each_step():
+    from embodied_ros.heads import flow
+
+    x0 = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(flow.euler_solve(lambda x, step: np.full_like(x, 2.0), x0, 4, start=0.0, end=1.0),
+                               x0 + 2.0, atol=1e-6)  # dx/dt = 2 over t in [0, 1]
+    assert flow.euler_times(4, 0.0, 1.0).tolist() == [0.0, 0.25, 0.5, 0.75]
+    seen = []
+
+    def guidance(x, v, step):
+        seen.append(step)
+        return v * np.float32(0.0)
+
+    np.testing.assert_array_equal(flow.euler_solve(lambda x, step: x, x0, 3, guidance=guidance), x0)
+    assert seen == [0, 1, 2]

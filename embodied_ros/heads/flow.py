@@ -1,10 +1,16 @@
-"""Euler integration of the flow from noise (t = 1) to actions (t = 0).
+"""Euler integration of a flow from noise to its sample, the one integrator of every flow head
+(action experts, the world predictor), in either time direction:
 
-    dt = -1 / steps;  for s in 0..steps-1:  t_s = float32(1 + s * dt);  x <- x + dt * v(x, t_s)
+    dt = (end - start) / steps;  for s in 0..steps-1:  t_s = float32(start + s * dt);
+                                                       x <- x + float32(dt) * v(x, t_s)
 
-The step times are fixed by the step count, so everything that depends only on t can be computed
-once, before any observation arrives (see `adarms_expert.StepConditioning`). The experts read t
-through the same sinusoid (`time_embedding`).
+pi0, pi0.5 and the world-action model run start = 1 (noise) to end = 0. The step times are fixed
+by the step count, so everything that depends only on t can be computed once, before any
+observation arrives (see `adarms_expert.StepConditioning`). The experts read t through the same
+sinusoid (`time_embedding`).
+
+`guidance`, when given, sees each step's velocity before it is applied and returns the one to
+apply: the seam for guided sampling (real-time chunking steers v toward the previous chunk).
 """
 
 from __future__ import annotations
@@ -15,20 +21,31 @@ from typing import Callable
 import numpy as np
 
 
-def euler_times(num_steps: int) -> np.ndarray:
-    """[num_steps] float32 times, 1 down to 1/num_steps."""
+Velocity = Callable[[np.ndarray, int], np.ndarray]  # (x, step) -> v at euler_times(...)[step]
+Guidance = Callable[[np.ndarray, np.ndarray, int], np.ndarray]  # (x, v, step) -> the v to apply
+
+
+def euler_times(num_steps: int, start: float = 1.0, end: float = 0.0) -> np.ndarray:
+    """[num_steps] float32 times at which the steps read the velocity: start, start + dt, ..., end - dt."""
     if num_steps < 1:
         raise ValueError(f"the solver needs at least one step, got {num_steps}")
-    dt = -1.0 / num_steps
-    return np.array([1.0 + step * dt for step in range(num_steps)], dtype=np.float32)
+    dt = (end - start) / num_steps
+    return np.array([start + step * dt for step in range(num_steps)], dtype=np.float32)
 
 
-def euler_solve(velocity: Callable[[np.ndarray, int], np.ndarray], noise: np.ndarray, num_steps: int) -> np.ndarray:
-    """x(t=1) = noise -> x(t=0); velocity(x, step) is v at time euler_times(num_steps)[step]."""
-    dt = np.float32(-1.0 / num_steps)
+def euler_solve(velocity: Velocity, noise: np.ndarray, num_steps: int, start: float = 1.0, end: float = 0.0,
+                guidance: Guidance | None = None) -> np.ndarray:
+    """x(start) = noise -> x(end) in num_steps equal Euler steps; velocity(x, step) is v at
+    euler_times(num_steps, start, end)[step]."""
+    if num_steps < 1:
+        raise ValueError(f"the solver needs at least one step, got {num_steps}")
+    dt = np.float32((end - start) / num_steps)
     x = np.array(noise, dtype=np.float32)
     for step in range(num_steps):
-        x = x + dt * velocity(x, step)
+        v = velocity(x, step)
+        if guidance is not None:
+            v = guidance(x, v, step)
+        x = x + dt * v
     return x
 
 
