@@ -5,7 +5,7 @@ import pytest
 
 from embodied_ros.graph.config import load_config
 from embodied_ros.graph.lockstep import LockstepGraph
-from embodied_ros.graph.noise import stage_noise
+from embodied_ros.pipeline.noise import stage_noise
 from fake_runtime import FakeRuntime, random_images
 from graph_harness import next_domain
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embodied_ros.graph.noise import stage_noise
+from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.graph.topics import ACTION_CHUNK, stage_qos
 from embodied_ros.graph.transport import chunk_to_msg
 from embodied_ros.msg import ActionChunk

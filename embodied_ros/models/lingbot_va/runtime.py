@@ -10,7 +10,7 @@
 
 Caches travel as stacked arrays [L, tokens, H, Dh] in the results' tensors; inside a process the
 per-block views are taken without copying. Noise not given is drawn from a generator seeded by
-(noise_seed, observation stamp, stream), so a run is reproducible from its inputs.
+(noise_seed, stage, observation stamp) by pipeline/noise.py, so a run is reproducible from its inputs.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from embodied_ros.models.lingbot_va import observation as obs
 from embodied_ros.models.lingbot_va import transformer as tf
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE, LingbotVAConfig
 from embodied_ros.models.lingbot_va.text import Tokenizer
+from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import ModelSpec, blank_inference
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 
-_WORLD_STREAM, _ACTION_STREAM = 1, 2
 
 
 def _stacked(kv: Sequence[KV]) -> dict[str, np.ndarray]:
@@ -74,9 +74,8 @@ class LingbotVARuntime:
     def world_noise_shape(self) -> tuple[int, ...]:
         return self.cfg.world_noise_shape
 
-    def _noise(self, stamp_ns: int, stream: int, shape: tuple[int, ...]) -> np.ndarray:
-        rng = np.random.default_rng([self.cfg.noise_seed, stamp_ns, stream])
-        return rng.standard_normal(shape, dtype=np.float32)
+    def _noise(self, stamp_ns: int, stage: str, shape: tuple[int, ...]) -> np.ndarray:
+        return stage_noise(self.cfg.noise_seed, stage, stamp_ns, shape)
 
     # ---- stages ------------------------------------------------------------------------------
 
@@ -107,7 +106,7 @@ class LingbotVARuntime:
         cfg, ks, w = self.cfg, self.ks, self.weights
         context, observation_kv = _layers(prefix, "context"), _layers(prefix, "frame")
         if noise is None:
-            noise = self._noise(prefix.stamp_ns, _WORLD_STREAM, cfg.world_noise_shape)
+            noise = self._noise(prefix.stamp_ns, "world", cfg.world_noise_shape)
         noise = _checked_noise("world", noise, cfg.world_noise_shape)
 
         def velocity(latents: np.ndarray, t: float) -> np.ndarray:
@@ -130,7 +129,7 @@ class LingbotVARuntime:
             raise ValueError(f"world prediction keys have shape {world.tensors['world_k'].shape}, this model "
                              f"makes {expected}: the prediction comes from another model")
         if noise is None:
-            noise = self._noise(prefix.stamp_ns, _ACTION_STREAM, self.spec.noise_shape)
+            noise = self._noise(prefix.stamp_ns, "action", self.spec.noise_shape)
         noise = _checked_noise("action", noise, self.spec.noise_shape)
         context = _layers(prefix, "context")
         past = tf.join_kv(_layers(prefix, "frame"), _layers(world, "world"))  # once per chunk, read by every step

@@ -20,6 +20,7 @@ from embodied_ros.backbone.prefix_cache import PrefixCache
 from embodied_ros.models.pi0.config import ARCHITECTURE, Pi0Config
 from embodied_ros.models.pi0.model import Pi0Model
 from embodied_ros.models.pi05.runtime import config_of, model_spec
+from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import ModelSpec
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 from embodied_ros.sequence.images import model_image
@@ -44,7 +45,6 @@ class Pi0Runtime:
         self.tokenizer = tokenizer
         self.state_stats = state_stats
         self.action_stats = action_stats
-        self.noise_rng = np.random.default_rng(config.noise_seed)
         self.spec = model_spec(config, ARCHITECTURE)
 
     @classmethod
@@ -104,15 +104,15 @@ class Pi0Runtime:
 
     # ---- actions ---------------------------------------------------------------------------
 
-    def draw_noise(self) -> np.ndarray:
-        return self.noise_rng.standard_normal(self.spec.noise_shape, dtype=np.float32)
+    def draw_noise(self, stamp_ns: int) -> np.ndarray:
+        return stage_noise(self.config.noise_seed, "action", stamp_ns, self.spec.noise_shape)
 
     def act(self, prefix: StageResult, world: StageResult | None = None,
             noise: np.ndarray | None = None) -> ActionChunkResult:
         if prefix.stage != "prefix":
             raise ValueError(f"act needs the prefix stage's result, got stage {prefix.stage!r}")
         cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
-        noise = self.draw_noise() if noise is None else noise
+        noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
         actions = self.model.sample_actions(cache, noise)[:, : self.config.action_dim]
         actions = self.to_physical(actions, prefix.tensors.get("state"))
         return ActionChunkResult(prefix.stamp_ns, actions, self.config.action_period_s, self.config.action_names)
