@@ -130,11 +130,11 @@ class MinMaxStats:
 _MODES = ((("q01", "q99"), QuantileStats), (("mean", "std"), MeanStdStats), (("min", "max"), MinMaxStats))
 
 
-def normalizer_of(stats: Mapping[str, np.ndarray] | None) -> Normalizer | None:
+def normalizer_of(stats: Mapping[str, np.ndarray] | None, eps: float = DEFAULT_EPS) -> Normalizer | None:
     """The normalizer for one quantity's stored statistics; None when there are none (identity)."""
     if not stats:
         return None
     for keys, kind in _MODES:
         if set(keys) <= set(stats):
-            return kind(*(stats[key] for key in keys))
+            return kind(*(stats[key] for key in keys), eps=eps)
     raise ValueError(f"normalization stats {sorted(stats)} match no mode (q01/q99, mean/std or min/max)")

@@ -28,6 +28,7 @@ from embodied_ros.models.lingbot_va import transformer as tf
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE, LingbotVAConfig
 from embodied_ros.models.lingbot_va.text import Tokenizer
 from embodied_ros.pipeline.noise import stage_noise
+from embodied_ros.sequence.normalize import normalizer_of
 from embodied_ros.pipeline.stages import ModelSpec, blank_inference
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 
@@ -60,8 +61,9 @@ class LingbotVARuntime:
         if tokenizer.vocab_size != cfg.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, the model's text table {cfg.vocab_size}")
         self.cfg, self.weights, self.tokenizer = cfg, weights, tokenizer
-        self.state_mean, self.state_std = (np.asarray(stats["state"][k], np.float32) for k in ("mean", "std"))
-        self.action_mean, self.action_std = (np.asarray(stats["action"][k], np.float32) for k in ("mean", "std"))
+        # the reference divides by std alone (no eps added)
+        self.state_stats = normalizer_of({k: stats["state"][k] for k in ("mean", "std")}, eps=0.0)
+        self.action_stats = normalizer_of({k: stats["action"][k] for k in ("mean", "std")}, eps=0.0)
         self.ks = KernelSet(backend)
         self.spec = model_spec(cfg)
         self._action_rope = tf.action_rope(cfg)
@@ -93,7 +95,7 @@ class LingbotVARuntime:
         if latents.shape != (cfg.latent_channels, 1, *cfg.latent_hw):
             raise ValueError(f"perception latents have shape {latents.shape}, expected "
                              f"{(cfg.latent_channels, 1, *cfg.latent_hw)}")
-        state = obs.normalized_state(cfg, observation.state, self.state_mean, self.state_std)
+        state = obs.normalized_state(cfg, observation.state, self.state_stats)
         context = tf.condition_kv(ks, cfg, w, obs.context_tokens(ks, w, self.tokenizer, observation.instruction, state))
         frame = tf.clean_video_kv(ks, cfg, w, latents, frame_start=0, context=context, past=None)
         tensors = {**{f"context_{k}": v for k, v in _stacked(context).items()},
@@ -138,7 +140,7 @@ class LingbotVARuntime:
             return tf.action_velocity(ks, cfg, w, actions, t, self._action_rope, context, past)
 
         normalized = euler_flow(velocity, noise, cfg.action_steps)
-        actions = (normalized * self.action_std + self.action_mean).astype(np.float32)
+        actions = self.action_stats.denormalize(normalized).astype(np.float32)
         return ActionChunkResult(prefix.stamp_ns, actions, cfg.action_period_s, cfg.action_names)
 
 
