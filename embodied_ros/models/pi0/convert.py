@@ -54,10 +54,10 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
     raw_config = json.loads((source / CONFIG_FILE).read_text())
     weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
     if raw_config.get("type") == "pi0":
-        hints = paligemma._recorded_hints(source, reference)
+        hints = paligemma.recorded_hints(source, reference)
         hints.update(overrides or {})
-        config = Pi0Config.from_dict(paligemma._config_from_lerobot(raw_config, weights, hints).to_dict())
-        stats = paligemma._lerobot_stats(source, raw_config, default_mode="MEAN_STD")
+        config = Pi0Config.from_dict(paligemma.config_from_lerobot(raw_config, weights, hints).to_dict())
+        stats = paligemma.lerobot_stats(source, raw_config, default_mode="MEAN_STD")
     else:
         config = Pi0Config.from_fixture_json(raw_config)
         stats = {}

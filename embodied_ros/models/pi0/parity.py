@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from embodied_ros.models.pi05.parity import (CASES_FILE, CHECKPOINT_FOLDER, TOLERANCES, CaseResult, _case_count,
+from embodied_ros.models.pi05.parity import (CASES_FILE, CHECKPOINT_FOLDER, TOLERANCES, CaseResult, case_count,
                                              pipeline_observation, tolerance_for)
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
@@ -62,7 +62,7 @@ def model_case(model, inputs, noise: np.ndarray, action_dim: int, key: str) -> n
 
 def model_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResult]:
     with np.load(Path(folder) / CASES_FILE) as cases:
-        for k in range(_case_count(cases)):
+        for k in range(case_count(cases)):
             expected = cases[f"case{k}_actions"]
             actions = model_case(runtime.model, cases, cases[f"case{k}_noise"], expected.shape[1], f"case{k}")
             yield CaseResult(f"case{k}", float(np.abs(actions - expected).max()), tolerance)
@@ -75,7 +75,7 @@ def pipeline_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResu
     folder = Path(folder)
     recorded = json.loads((folder / "cases.json").read_text())["cases"]
     with np.load(folder / CASES_FILE) as cases:
-        for k in range(_case_count(cases)):
+        for k in range(case_count(cases)):
             observation = pipeline_observation(cases, [c["task"] for c in recorded], k, runtime.spec.camera_names)
             prompt = prompt_text(observation.instruction)
             tokens, _ = runtime.tokenizer.encode(prompt)
@@ -131,7 +131,7 @@ def reference_record(folder: Path, tolerance: float):
         raise ValueError(f"{folder}: not a pi0 record (needs {CASES_FILE} beside a checkpoint)")
     inputs, noise, expected, fields = {}, {}, {}, {"kind": kind}
     with np.load(folder / CASES_FILE) as cases:
-        for k in range(_case_count(cases)):
+        for k in range(case_count(cases)):
             noise[f"case{k}"] = cases[f"case{k}_noise"]
             expected[f"case{k}"] = cases[f"case{k}_actions"]
             wanted = ("images", "image_masks", "tokens", "token_mask", "state") if kind == "model" else ("state_raw",)

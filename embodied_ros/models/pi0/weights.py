@@ -16,18 +16,19 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from embodied_ros.backbone import gemma
 from embodied_ros.models.pi0.config import Pi0Config
 from embodied_ros.models.pi05 import weights as paligemma
 
 FAMILY = "pi0"
 
-_EXPERT = paligemma._EXPERT
+_EXPERT = paligemma.LEROBOT_EXPERT
 _RULES = paligemma.paligemma_rules(
     [(_EXPERT + r"norm\.weight", "expert.final_norm.weight"),
      (r"model\.state_proj\.(weight|bias)", r"state_in.\1"),
      (r"model\.action_time_mlp_(in|out)\.(weight|bias)", r"action_time_\1.\2")]
     + [(_EXPERT + rf"layers\.(\d+)\.{theirs}\.weight", rf"expert.blk.\1.{ours}.weight")
-       for theirs, ours in paligemma._NORMS.items()])
+       for theirs, ours in gemma.TRANSFORMERS_NORM_NAMES.items()])
 
 
 def rename_lerobot(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:

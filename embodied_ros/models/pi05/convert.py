@@ -87,10 +87,10 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
     raw_config = json.loads((source / CONFIG_FILE).read_text())
     weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
     if raw_config.get("type") == "pi05":
-        hints = _recorded_hints(source, reference)
+        hints = recorded_hints(source, reference)
         hints.update(overrides or {})
-        config = _config_from_lerobot(raw_config, weights, hints)
-        stats = _lerobot_stats(source, raw_config)
+        config = config_from_lerobot(raw_config, weights, hints)
+        stats = lerobot_stats(source, raw_config)
     else:
         config = Pi05Config.from_fixture_json(raw_config)
         stats = {}
@@ -150,7 +150,7 @@ def _check_reference(output: Path) -> None:
 
 # ---- LeRobot layout ------------------------------------------------------------------------
 
-def _recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
+def recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
     """What a reference-case description (cases.json) beside the checkpoint or in the reference
     folder records and the checkpoint lacks: head counts ("model_dims") and the state's joint
     names ("state_names")."""
@@ -199,7 +199,7 @@ def _gemma_from_weights(weights, stack: str, variant_name: str, hints) -> GemmaC
                        num_kv_heads=kv_rows // head_dim, head_dim=head_dim)
 
 
-def _config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray], hints) -> Pi05Config:
+def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray], hints) -> Pi05Config:
     patch_features = weights["vision.patch.weight"].shape[1]
     patch = int(round((patch_features / 3) ** 0.5))
     tokens = weights["vision.position"].shape[0]
@@ -276,7 +276,7 @@ def _mode_stats(tensors: Mapping[str, np.ndarray], feature: str, mode: str, what
         raise ValueError(f"normalizer stats lack {error} for the {what}") from None
 
 
-def _lerobot_stats(source: Path, raw: Mapping[str, Any],
+def lerobot_stats(source: Path, raw: Mapping[str, Any],
                    default_mode: str = "QUANTILES") -> dict[str, dict[str, np.ndarray]]:
     modes = raw.get("normalization_mapping", {})
     stats = {}

@@ -54,7 +54,7 @@ def tolerance_for(stored_types: set[str] | list[str]) -> float:
     return TOLERANCES[weakest]
 
 
-def _case_count(cases: np.lib.npyio.NpzFile) -> int:
+def case_count(cases: np.lib.npyio.NpzFile) -> int:
     return len({name.split("_")[0] for name in cases.files if name.startswith("case") and name.endswith("_noise")})
 
 
@@ -82,7 +82,7 @@ def model_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResult]
     """Model-space record: images + tokens + noise -> actions, compared in model space."""
     model = runtime.model
     with np.load(Path(folder) / CASES_FILE) as cases:
-        for k in range(_case_count(cases)):
+        for k in range(case_count(cases)):
             images = cases[f"case{k}_images"] * np.float32(2.0) - np.float32(1.0)
             camera_mask = cases[f"case{k}_image_masks"]
             tokens = model.image_tokens(images, camera_mask)
@@ -102,7 +102,7 @@ def pipeline_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResu
     folder = Path(folder)
     recorded = json.loads((folder / "cases.json").read_text())["cases"]
     with np.load(folder / CASES_FILE) as cases:
-        for k in range(_case_count(cases)):
+        for k in range(case_count(cases)):
             observation = pipeline_observation(cases, [c["task"] for c in recorded], k, runtime.spec.camera_names)
             prompt, _ = runtime.prompt(observation)
             tokens, _ = runtime.tokenizer.encode(prompt)
@@ -159,7 +159,7 @@ def reference_record(folder: Path, tolerance: float):
         raise ValueError(f"{folder}: not a pi0.5 record (needs {CASES_FILE} beside a checkpoint)")
     inputs, noise, expected, fields = {}, {}, {}, {"kind": kind}
     with np.load(folder / CASES_FILE) as cases:
-        for k in range(_case_count(cases)):
+        for k in range(case_count(cases)):
             noise[f"case{k}"] = cases[f"case{k}_noise"]
             expected[f"case{k}"] = cases[f"case{k}_actions"]
             wanted = ("images", "image_masks", "tokens", "token_mask") if kind == "model" else ("state_raw",)

@@ -39,7 +39,7 @@ from embodied_ros.models.pi05.config import Pi05Config
 _PALIGEMMA = r"model\.paligemma_with_expert\.paligemma\."
 _VISION = _PALIGEMMA + r"model\.vision_tower\.vision_model\."
 _LM = _PALIGEMMA + r"model\.language_model\."
-_EXPERT = r"model\.paligemma_with_expert\.gemma_expert\.model\."
+LEROBOT_EXPERT = r"model\.paligemma_with_expert\.gemma_expert\.model\."
 _LM_HEAD = "model.paligemma_with_expert.paligemma.lm_head.weight"
 
 _VISION_LAYER = siglip.TRANSFORMERS_LAYER_NAMES
@@ -62,7 +62,7 @@ def paligemma_rules(expert_rules: list[tuple[str, str | None]]) -> Rules:
         (_LM + r"embed_tokens\.weight", "lm.token_embd"),
         (_LM + r"norm\.weight", None),
         (re.escape(_LM_HEAD), None),
-        (_EXPERT.replace(r"\.model\.", r"\.") + r"lm_head\.weight", None),
+        (LEROBOT_EXPERT.replace(r"\.model\.", r"\.") + r"lm_head\.weight", None),
         (r"model\.(action_in|action_out)_proj\.(weight|bias)", r"\1.\2"),
     ]
     for theirs, ours in _VISION_LAYER.items():
@@ -70,7 +70,7 @@ def paligemma_rules(expert_rules: list[tuple[str, str | None]]) -> Rules:
                       rf"vision.blk.\1.{ours}.\2"))
     for theirs, ours in _GEMMA_LAYER.items():
         rules.append((_LM + rf"layers\.(\d+)\.{re.escape(theirs)}\.weight", rf"lm.blk.\1.{ours}.weight"))
-        rules.append((_EXPERT + rf"layers\.(\d+)\.{re.escape(theirs)}\.weight", rf"expert.blk.\1.{ours}.weight"))
+        rules.append((LEROBOT_EXPERT + rf"layers\.(\d+)\.{re.escape(theirs)}\.weight", rf"expert.blk.\1.{ours}.weight"))
     for theirs, ours in _NORMS.items():
         rules.append((_LM + rf"layers\.(\d+)\.{theirs}\.weight", rf"lm.blk.\1.{ours}.weight"))
     rules += expert_rules
@@ -78,9 +78,9 @@ def paligemma_rules(expert_rules: list[tuple[str, str | None]]) -> Rules:
 
 
 def _pi05_rules() -> Rules:
-    own = [(_EXPERT + r"norm\.dense\.(weight|bias)", r"expert.final_norm.\1"),
+    own = [(LEROBOT_EXPERT + r"norm\.dense\.(weight|bias)", r"expert.final_norm.\1"),
            (r"model\.time_mlp_(in|out)\.(weight|bias)", r"time_\1.\2")]
-    own += [(_EXPERT + rf"layers\.(\d+)\.{theirs}\.dense\.(weight|bias)", rf"expert.blk.\1.{ours}.\2")
+    own += [(LEROBOT_EXPERT + rf"layers\.(\d+)\.{theirs}\.dense\.(weight|bias)", rf"expert.blk.\1.{ours}.\2")
             for theirs, ours in _NORMS.items()]
     return paligemma_rules(own)
 
