@@ -298,7 +298,8 @@ def small_report(args, config, ours, torch_rounds, audit, error, memory) -> tupl
     torch_error = max((r["max_abs_err_vs_record"] for r in torch_rounds), default=None)
     total = (median(our_runs["total"]), best(our_runs["total"]))
     lines = [
-        f"{args.record.name} ({config.get('model', 'pi0.5')}; {args.record}: {config['n_cameras']} cameras {config['vision']['image_size']}px, "
+        f"{args.record.name} ({config.get('model', 'pi0.5')}; {args.record}: {config['n_cameras']} cameras "
+        f"{config['vision']['image_size']}px, "
         f"prefix {config['prefix_len']} rows, LM {config['language_model']['width']} x "
         f"{config['language_model']['depth']}, expert {config['expert']['width']} x {config['expert']['depth']}, "
         f"chunk {config['chunk_size']}, {steps} Euler steps), case 0, F32 bundle, {args.threads} threads. "

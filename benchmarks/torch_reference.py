@@ -283,7 +283,8 @@ def _module_mb(module) -> float:
     return round(sum(p.numel() * p.element_size() for p in module.parameters()) / 2**20, 2)
 
 
-BENCHES = {"pi05_small": bench_pi05_small, "pi0_small": bench_pi05_small, "siglip_layer": bench_siglip_layer, "gemma_layer": bench_gemma_layer,
+BENCHES = {"pi05_small": bench_pi05_small, "pi0_small": bench_pi05_small, "siglip_layer": bench_siglip_layer,
+           "gemma_layer": bench_gemma_layer,
            "expert_layer": bench_expert_layer, "wan_block": bench_wan_block}
 
 

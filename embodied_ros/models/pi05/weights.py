@@ -99,7 +99,8 @@ def runtime_name(lerobot_name: str, rules: Rules = _RULES, family: str = "pi0.5"
     raise ValueError(f"{lerobot_name!r} is not a {family} parameter (LeRobot naming)")
 
 
-def rename_lerobot(state_dict: Mapping[str, Any], rules: Rules = _RULES, family: str = "pi0.5") -> dict[str, np.ndarray]:
+def rename_lerobot(state_dict: Mapping[str, Any], rules: Rules = _RULES,
+                   family: str = "pi0.5") -> dict[str, np.ndarray]:
     """LeRobot `PI05Policy.state_dict()` -> runtime prefixes with each projection on its own
     (`attn_q`, `attn_k`, `attn_v`, `ffn_gate`, `ffn_up`): the shapes dimensions are read from.
     Dtypes are kept; the patch conv is flattened to a linear. pi0 passes its own `rules`."""
