@@ -212,3 +212,20 @@ def test_flow_solver_runs_either_time_direction_and_guidance_sees_each_step():
 
     np.testing.assert_array_equal(flow.euler_solve(lambda x, step: x, x0, 3, guidance=guidance), x0)
     assert seen == [0, 1, 2]
+
+
+def test_up_on_the_pi0_config_publishes_action_chunks(tmp_path):
+    import os
+    import subprocess
+
+    from graph_harness import next_domain
+
+    report_path = tmp_path / "report.json"
+    command = [sys.executable, "-m", "embodied_ros.cli.main", "up", str(ROOT / "config" / "pi0.yaml"), "--duration",
+               "3", "--composed", "--domain-id", str(next_domain()), "--report-json", str(report_path)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["stages"]["action"]["runs"] > 5 and report["stages"]["action"]["rate_hz"] > 3
+    assert report["commands"]["commands"] > 30
