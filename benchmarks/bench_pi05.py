@@ -1,4 +1,4 @@
-"""pi0.5 on this runtime next to LeRobot's PyTorch pi0.5, measured side by side in one run.
+"""pi0.5 (and pi0) on this runtime next to LeRobot's PyTorch policy, measured side by side in one run.
 
     python benchmarks/bench_pi05.py [--parts small,layers,quant] [--repeats 5] [--rounds 3]
                                     [--threads 2] [--torch-python PATH | --no-torch]
@@ -15,6 +15,9 @@ Parts, each written to its own BENCHMARKS.md section:
           weights (pi05_layers.py) in F32, Q8_0 and Q4_K, next to torch_reference.py's
           siglip_layer / gemma_layer / expert_layer, with numpy's sgemm rate at the layer's largest
           product measured in the same run.
+          With --record of a pi0 record (gen_pi0_fixture.py on benchmarks/specs/pi0_small.json) the
+          same part measures pi0 next to `torch_reference.py pi0_small` (PI0Policy), in a section
+          named after the record folder.
   quant   (pi05_small_quantized) Q8_0 and Q4_K bundles of the record: file and weight bytes against
           F32, max abs action error on every case of the record, chunk latency, `bundle verify`.
 
@@ -76,7 +79,7 @@ def parse_args(argv=None):
     if min(args.repeats, args.rounds, args.threads) < 1:
         parser.error("--repeats, --rounds and --threads must be >= 1")
     if not (args.record / "cases.npz").is_file():
-        parser.error(f"--record {args.record} is not a pi0.5 reference record (no cases.npz)")
+        parser.error(f"--record {args.record} is not a pi0.5 or pi0 reference record (no cases.npz)")
     return args
 
 
@@ -100,11 +103,16 @@ def convert_bundle(args, qtype: str) -> Path:
 
 
 def load_runtime(path: Path):
-    """(bundle, Pi05Runtime) of a bundle file; load_runtime compiles every kernel (warm-up)."""
+    """(bundle, runtime) of a pi05 or pi0 bundle file; load_runtime compiles every kernel (warm-up)."""
+    import importlib
+
     from embodied_ros.bundle import open_bundle
-    from embodied_ros.models.pi05.runtime import load_runtime as runtime_of
-    bundle = open_bundle(path, architecture="pi05")
-    return bundle, runtime_of(bundle)
+    bundle = open_bundle(path)
+    return bundle, importlib.import_module(f"embodied_ros.models.{bundle.architecture}").load_runtime(bundle)
+
+
+def is_pi0_record(record: Path) -> bool:
+    return (record / "config.json").is_file() and "suffix" in (record / "config.json").read_text()
 
 
 def record_case(record: Path, k: int = 0) -> dict:
@@ -113,7 +121,8 @@ def record_case(record: Path, k: int = 0) -> dict:
         return {"images": cases[f"case{k}_images"] * np.float32(2.0) - np.float32(1.0),
                 "camera_mask": cases[f"case{k}_image_masks"], "tokens": cases[f"case{k}_tokens"],
                 "token_mask": cases[f"case{k}_token_mask"], "noise": cases[f"case{k}_noise"],
-                "actions": cases[f"case{k}_actions"]}
+                "actions": cases[f"case{k}_actions"],
+                **({"state": cases[f"case{k}_state"]} if f"case{k}_state" in cases else {})}  # pi0: a state token
 
 
 def kernels_note() -> str:
@@ -163,12 +172,17 @@ class ChunkClock:
         start = time.perf_counter()
         tokens = m.image_tokens(case["images"], case["camera_mask"])
         after_vision = time.perf_counter()
-        cache = m.build_prefix(tokens, case["camera_mask"], case["tokens"], case["token_mask"])
+        cache = m.build_prefix(tokens, case["camera_mask"], case["tokens"], case["token_mask"], *prefix_extra(case))
         after_prefix = time.perf_counter()
         actions = m.sample_actions(cache, case["noise"])
         end = time.perf_counter()
         return {"vision": (after_vision - start) * 1e3, "prefix": (after_prefix - after_vision) * 1e3,
                 "steps": self.steps, "total": (end - start) * 1e3}, actions
+
+
+def prefix_extra(case: dict) -> tuple:
+    """build_prefix's arguments after the token mask: pi0's state (its state token joins the cache)."""
+    return (case["state"],) if "state" in case else ()
 
 
 def audit_prefix_reuse(model, case: dict) -> dict:
@@ -179,10 +193,12 @@ def audit_prefix_reuse(model, case: dict) -> dict:
     import numpy as np
 
     from embodied_ros.backbone import gemma
-    from embodied_ros.heads import action_expert
+    from embodied_ros.heads import action_time_expert, adarms_expert
+    expert_module, layer_name = ((action_time_expert, "decoder_layer") if "state" in case
+                                 else (adarms_expert, "expert_layer"))
     counts = {"prefix_passes": 0, "lm_layers": 0, "expert_layers": 0, "cache_reads": 0}
     cache_box = {}
-    originals = gemma.prefix_pass, action_expert.expert_layer
+    originals = gemma.prefix_pass, getattr(expert_module, layer_name)
 
     def counting_prefix_pass(ks, cfg, layers, *rest, **kw):
         counts["prefix_passes"] += 1
@@ -196,17 +212,19 @@ def audit_prefix_reuse(model, case: dict) -> dict:
                                       and np.shares_memory(cache_values, sealed.values))
         return originals[1](ks, cfg, w, x, cache_keys, cache_values, *rest)
 
-    gemma.prefix_pass, action_expert.expert_layer = counting_prefix_pass, counting_expert_layer
+    gemma.prefix_pass = counting_prefix_pass
+    setattr(expert_module, layer_name, counting_expert_layer)
     try:
         tokens = model.image_tokens(case["images"], case["camera_mask"])
         cache = cache_box["cache"] = model.build_prefix(tokens, case["camera_mask"], case["tokens"],
-                                                        case["token_mask"])
+                                                        case["token_mask"], *prefix_extra(case))
         passes_before_solve = counts["prefix_passes"]
         digest = hashlib.sha256(cache.keys.tobytes() + cache.values.tobytes()).hexdigest()
         model.sample_actions(cache, case["noise"])
         unchanged = digest == hashlib.sha256(cache.keys.tobytes() + cache.values.tobytes()).hexdigest()
     finally:
-        gemma.prefix_pass, action_expert.expert_layer = originals
+        gemma.prefix_pass = originals[0]
+        setattr(expert_module, layer_name, originals[1])
     return {**counts, "prefix_passes_in_solve": counts["prefix_passes"] - passes_before_solve,
             "cache_read_only": not (cache.keys.flags.writeable or cache.values.flags.writeable),
             "cache_unchanged": unchanged, "steps": model.config.num_inference_steps,
@@ -230,7 +248,8 @@ def part_small(args) -> tuple[str, str]:
         for _ in range(args.repeats):
             stages, actions = clock.run(case)
             ours.append(stages)
-        torch_rounds.append(torch_runs(args, "pi05_small", record=args.record))
+        torch_rounds.append(torch_runs(args, "pi0_small" if is_pi0_record(args.record) else "pi05_small",
+                                       record=args.record))
     error = float(np.abs(actions[:, : case["actions"].shape[1]] - case["actions"]).max())
     from embodied_ros.kernels._gemm import PackedWeight
     packed = any(isinstance(w, PackedWeight) for w in model.weights.values())
@@ -279,7 +298,8 @@ def small_report(args, config, ours, torch_rounds, audit, error, memory) -> tupl
     torch_error = max((r["max_abs_err_vs_record"] for r in torch_rounds), default=None)
     total = (median(our_runs["total"]), best(our_runs["total"]))
     lines = [
-        f"pi05_small (test/data/pi05_small: {config['n_cameras']} cameras {config['vision']['image_size']}px, "
+        f"{args.record.name} ({config.get('model', 'pi0.5')}; {args.record}: {config['n_cameras']} cameras "
+        f"{config['vision']['image_size']}px, "
         f"prefix {config['prefix_len']} rows, LM {config['language_model']['width']} x "
         f"{config['language_model']['depth']}, expert {config['expert']['width']} x {config['expert']['depth']}, "
         f"chunk {config['chunk_size']}, {steps} Euler steps), case 0, F32 bundle, {args.threads} threads. "
@@ -310,7 +330,7 @@ def small_report(args, config, ours, torch_rounds, audit, error, memory) -> tupl
         f"{sgemm['shape'][2]}: {sgemm['gflops_per_s']:.0f} GFLOP/s.",
         "", "Runs (ms), total chunk: ours " + ms_list(our_runs["total"])
         + ("; PyTorch " + ms_list(theirs["total"]) if "total" in theirs else "") + "."]
-    return SECTIONS["small"], "\n".join(lines)
+    return (SECTIONS["small"] if args.record.name == "pi05_small" else args.record.name), "\n".join(lines)
 
 
 # ---------------------------------------------------------------- part layers

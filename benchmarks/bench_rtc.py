@@ -37,7 +37,7 @@ from common import command_line, machine_line, markdown_table, write_section  # 
 
 from embodied_ros.deploy import CommandLogic, JointLimits, TimedChunk  # noqa: E402
 from embodied_ros.deploy.continuation import ChunkContinuer, DelayEstimate, merge  # noqa: E402
-from embodied_ros.node_infra.noise import stage_noise  # noqa: E402
+from embodied_ros.pipeline.noise import stage_noise  # noqa: E402
 from embodied_ros.heads.rtc import RtcSettings  # noqa: E402
 from embodied_ros.pipeline.stages import load_runtime  # noqa: E402
 from embodied_ros.pipeline.types import Observation  # noqa: E402

@@ -6,10 +6,10 @@ through the runtime's own layer functions (the code Pi05Model runs):
   gemma_layer   backbone.gemma.prefix_pass over one Gemma-2B layer (width 2048, 8 heads x 256, one
                 kv head, mlp 16384): 968 prefix tokens, every token reads every token (no mask),
                 K/V written into a prefix cache, full layer output
-  expert_layer  heads.action_expert.expert_layer: the Gemma-300M expert (width 1024, 8 heads x 256,
+  expert_layer  heads.adarms_expert.expert_layer: the Gemma-300M expert (width 1024, 8 heads x 256,
                 one kv head, mlp 4096, adaptive RMSNorm) over 50 action tokens reading a 968-token
                 cached K/V. The (scale, shift, gate) of its norms depend on the step time only and
-                are computed once per solver step outside the layer (action_expert.StepConditioning).
+                are computed once per solver step outside the layer (adarms_expert.StepConditioning).
 
 Weights are drawn like the reference records' (randn * in_features^-0.5 for matrices, 0.1 * randn
 for vectors) and stored as float32, Q8_0 or Q4_K with the converter's rule: a matrix whose input
@@ -125,7 +125,7 @@ def gemma_layer(ks, rng, types) -> Layer:
 
 
 def expert_layer(ks, rng, types) -> Layer:
-    from embodied_ros.heads import action_expert
+    from embodied_ros.heads import adarms_expert
     from embodied_ros.kernels.rope import rope_tables
     spec, cfg = EXPERT, _gemma_config(EXPERT)
     chunk, prefix, hd = spec["tokens"], spec["prefix_tokens"], spec["head_dim"]
@@ -138,10 +138,10 @@ def expert_layer(ks, rng, types) -> Layer:
 
     def run(w):
         if id(w) not in modulations:
-            modulations[id(w)] = [action_expert.modulation(ks, w[f"{n}.weight"], w[f"{n}.bias"], cond)
+            modulations[id(w)] = [adarms_expert.modulation(ks, w[f"{n}.weight"], w[f"{n}.bias"], cond)
                                   for n in ("attn_norm", "ffn_norm")]
         attn, ffn = modulations[id(w)]
-        return action_expert.expert_layer(ks, cfg, w, x, cache_kv[0], cache_kv[1], None, attn, ffn, rope)
+        return adarms_expert.expert_layer(ks, cfg, w, x, cache_kv[0], cache_kv[1], None, attn, ffn, rope)
     flops = common.flops_gemma_layer(chunk, spec["width"], spec["heads"], spec["kv_heads"], hd, spec["mlp"],
                                      kv_len=prefix + chunk, adarms=True)
     return _layer("expert_layer", flops, _gemma_shapes(spec, adarms=True), run, (chunk, spec["width"], spec["mlp"]),

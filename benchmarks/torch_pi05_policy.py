@@ -1,4 +1,5 @@
-"""LeRobot's PI05Policy at the dimensions of a pi0.5 reference record, with per-stage timing.
+"""LeRobot's PI05Policy (or PI0Policy, for a pi0 record) at the dimensions of a reference record,
+with per-stage timing.
 
 Runs only in the PyTorch reference environment (docs/reference.md); torch_reference.py imports it
 after checking that torch and lerobot are importable.
@@ -22,13 +23,25 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+import lerobot.policies.pi0.modeling_pi0 as pi0_module
 import lerobot.policies.pi05.modeling_pi05 as pi05_module
 from lerobot.configs import FeatureType, PolicyFeature
+from lerobot.policies.pi0 import PI0Config
 from lerobot.policies.pi05 import PI05Config
 
 LANGUAGE_TOKENS_KEY = "observation.language.tokens"
 LANGUAGE_MASK_KEY = "observation.language.attention_mask"
 UNUSED_TENSOR_SUFFIX = "lm_head.weight"  # present in LeRobot's state dict, never used by pi0.5
+STATE_KEY = "observation.state"
+
+
+def is_pi0(config: dict) -> bool:
+    """A pi0 record describes its suffix (state token + action tokens); pi0.5's has none."""
+    return "suffix" in config
+
+
+def policy_module(config: dict):
+    return pi0_module if is_pi0(config) else pi05_module
 
 
 def read_record(record_dir: str | Path) -> tuple[dict, dict]:
@@ -48,15 +61,16 @@ def read_record(record_dir: str | Path) -> tuple[dict, dict]:
 def record_sized_constructors(config: dict):
     """Make PI05Policy(...) build the record's dimensions instead of the full-size presets."""
     vision, lm, expert = config["vision"], config["language_model"], config["expert"]
+    module = policy_module(config)
     presets = {"gemma_2b": lm, "gemma_300m": expert}
     fields = ("width", "depth", "mlp_dim", "num_heads", "num_kv_heads", "head_dim")
-    original = {name: getattr(pi05_module, name) for name in
+    original = {name: getattr(module, name) for name in
                 ("get_gemma_config", "PaliGemmaForConditionalGenerationWithPiGemma", "PiGemmaForCausalLM")}
 
     def sized_preset(variant: str):
         if variant not in presets:
             raise ValueError(f"unknown Gemma variant {variant!r}")
-        return pi05_module.GemmaConfig(**{f: presets[variant][f] for f in fields})
+        return module.GemmaConfig(**{f: presets[variant][f] for f in fields})
 
     class SizedPaliGemma(original["PaliGemmaForConditionalGenerationWithPiGemma"]):
         def __init__(self, config):  # config: transformers PaliGemmaConfig
@@ -75,19 +89,19 @@ def record_sized_constructors(config: dict):
     replacements = {"get_gemma_config": sized_preset, "PaliGemmaForConditionalGenerationWithPiGemma": SizedPaliGemma,
                     "PiGemmaForCausalLM": SizedExpert}
     for name, value in replacements.items():
-        setattr(pi05_module, name, value)
+        setattr(module, name, value)
     try:
         yield
     finally:
         for name, value in original.items():
-            setattr(pi05_module, name, value)
+            setattr(module, name, value)
 
 
-def build_policy(config: dict, weights_path: str | Path) -> pi05_module.PI05Policy:
-    """PI05Policy (float32, CPU, eval) with the record's dimensions and weights."""
+def build_policy(config: dict, weights_path: str | Path):
+    """PI05Policy or PI0Policy (float32, CPU, eval) with the record's dimensions and weights."""
     size = config["vision"]["image_size"]
     cameras = {name: PolicyFeature(FeatureType.VISUAL, (3, size, size)) for name in config["camera_names"]}
-    policy_config = PI05Config(
+    policy_config = (PI0Config if is_pi0(config) else PI05Config)(
         device="cpu", dtype="float32", image_resolution=(size, size), chunk_size=config["chunk_size"],
         n_action_steps=config["chunk_size"], tokenizer_max_length=config["tokenizer_max_length"],
         max_action_dim=config["max_action_dim"], max_state_dim=config["max_state_dim"],
@@ -95,7 +109,8 @@ def build_policy(config: dict, weights_path: str | Path) -> pi05_module.PI05Poli
         input_features={**cameras, "observation.state": PolicyFeature(FeatureType.STATE, (config["state_dim"],))},
         output_features={"action": PolicyFeature(FeatureType.ACTION, (config["action_dim"],))})
     with record_sized_constructors(config):
-        policy = pi05_module.PI05Policy(policy_config)
+        module = policy_module(config)
+        policy = (module.PI0Policy if is_pi0(config) else module.PI05Policy)(policy_config)
     weights = {name: tensor.to(torch.float32) for name, tensor in load_file(str(weights_path)).items()}
     result = policy.load_state_dict(weights, strict=False)
     missing = [k for k in result.missing_keys if not k.endswith(UNUSED_TENSOR_SUFFIX)]
@@ -112,6 +127,8 @@ def case_batch(config: dict, cases: dict, k: int) -> tuple[dict, torch.Tensor]:
     batch = {name: torch.from_numpy(images[j][None]) for j, name in enumerate(order) if masks[j]}
     batch[LANGUAGE_TOKENS_KEY] = torch.from_numpy(cases[f"case{k}_tokens"][None])
     batch[LANGUAGE_MASK_KEY] = torch.from_numpy(cases[f"case{k}_token_mask"][None])
+    if is_pi0(config):  # pi0 reads the (model-space) state as a token; pi0.5 has it in the prompt
+        batch[STATE_KEY] = torch.from_numpy(cases[f"case{k}_state"][None])
     return batch, torch.from_numpy(cases[f"case{k}_noise"][None])
 
 

@@ -11,6 +11,8 @@ MODE:
   pi05_small    PI05Policy.predict_action_chunk on a pi0.5 reference record (default
                 test/data/pi05_small, case 0): vision, prefix, each Euler step and total, plus
                 max_abs_err against the record's actions. --dtype f32 only.
+  pi0_small     PI0Policy.predict_action_chunk on a pi0 reference record (--record, e.g. one made
+                by gen_pi0_fixture.py from benchmarks/specs/pi0_small.json), timed as pi05_small.
   siglip_layer  one SigLIP encoder layer, width 1152, 16 heads, mlp 4304 (transformers
                 SiglipEncoderLayer, sdpa attention as in LeRobot's vision tower); --tokens default 256.
   gemma_layer   one Gemma-2B decoder layer of the pi0.5 prefix pass, width 2048, 8 heads x 256,
@@ -40,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-MODES = ("pi05_small", "siglip_layer", "gemma_layer", "expert_layer", "wan_block")
+MODES = ("pi05_small", "pi0_small", "siglip_layer", "gemma_layer", "expert_layer", "wan_block")
 DEFAULT_RECORD = common.REPO_ROOT / "test" / "data" / "pi05_small"
 SIGLIP = dict(width=1152, heads=16, mlp=4304, tokens=256)
 GEMMA_2B = dict(width=2048, heads=8, kv_heads=1, head_dim=256, mlp=16384, tokens=968)
@@ -103,7 +105,8 @@ def bench_pi05_small(args) -> dict:
     stages.append(measurement("expert_steps_sum", steps * flops["expert_step"],
                               common.Timing([sum(r["expert_steps"]) for r in timed_runs])))
     stages.append(measurement("total", flops["total"], total))
-    return {"implementation": "lerobot PI05Policy.predict_action_chunk, no pre/post-processor, batch 1, case 0",
+    policy_name = "PI0Policy" if pi05.is_pi0(config) else "PI05Policy"
+    return {"implementation": f"lerobot {policy_name}.predict_action_chunk, no pre/post-processor, batch 1, case 0",
             "shape": {"record": str(record), "n_cameras": config["n_cameras"], "prefix_len": config["prefix_len"],
                       "chunk_size": config["chunk_size"], "num_inference_steps": steps},
             "measurements": stages,
@@ -280,7 +283,8 @@ def _module_mb(module) -> float:
     return round(sum(p.numel() * p.element_size() for p in module.parameters()) / 2**20, 2)
 
 
-BENCHES = {"pi05_small": bench_pi05_small, "siglip_layer": bench_siglip_layer, "gemma_layer": bench_gemma_layer,
+BENCHES = {"pi05_small": bench_pi05_small, "pi0_small": bench_pi05_small, "siglip_layer": bench_siglip_layer,
+           "gemma_layer": bench_gemma_layer,
            "expert_layer": bench_expert_layer, "wan_block": bench_wan_block}
 
 

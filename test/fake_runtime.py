@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from embodied_ros.pipeline.stages import ModelSpec
+from embodied_ros.pipeline.stages import ModelSpec, blank_inference
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 
 
@@ -24,6 +24,9 @@ class FakeRuntime:
         )
         self.calls: list[tuple[str, int]] = []
         self._lock = threading.Lock()
+
+    def warm_up(self) -> None:
+        blank_inference(self)
 
     def _log(self, stage: str, stamp_ns: int) -> None:
         with self._lock:

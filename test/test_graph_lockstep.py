@@ -5,7 +5,7 @@ import pytest
 
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.lockstep import LockstepGraph
-from embodied_ros.node_infra.noise import stage_noise
+from embodied_ros.pipeline.noise import stage_noise
 from fake_runtime import FakeRuntime, random_images
 from graph_harness import next_domain
 
@@ -85,10 +85,8 @@ def test_params_file_nests_dotted_names_for_ros():
 
 
 def test_warm_up_runs_every_stage_once_before_any_control_step():
-    from embodied_ros.nodes.runtime_cache import warm_up
-
     runtime = FakeRuntime(has_world_model=True)
-    warm_up(runtime)
+    runtime.warm_up()
     assert [stage for stage, _ in runtime.calls] == ["perception", "prefix", "world", "action"]
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from embodied_ros.node_infra.config import ScheduleConfig, load_config
 from embodied_ros.node_infra.node_table import NODE_NAMES, NODES, graph_nodes, node_class, node_spec, upstream_of
-from embodied_ros.node_infra.noise import stage_noise
+from embodied_ros.pipeline.noise import stage_noise
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXED_SCRIPTS = {"embodied-ros": "embodied_ros.cli.main:main",

@@ -7,7 +7,7 @@ import pytest
 
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.lockstep import LockstepGraph
-from embodied_ros.node_infra.noise import stage_noise
+from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import infer, load_runtime
 from embodied_ros.pipeline.types import Observation
 from graph_bundles import pi05_bundle

@@ -124,6 +124,7 @@ def signatures():
             for n, o in vars(mod).items() if isinstance(o, Dispatcher)}
 
 runtime = load_runtime(open_bundle(sys.argv[1]))
+runtime.warm_up()
 before = signatures()
 cases = json.load(open(sys.argv[2] + "/cases.json"))["cases"]
 arrays = np.load(sys.argv[2] + "/cases.npz")
@@ -136,7 +137,7 @@ print(json.dumps({name: [before.get(name, 0), count] for name, count in signatur
 
 
 def test_nothing_compiles_after_warm_up(bundle):
-    """In a fresh interpreter (this one has compiled everything already): load_runtime warms up,
+    """In a fresh interpreter (this one has compiled everything already): after one warm_up,
     then real observations, a missing camera included, add no compiled signature."""
     import json
     import subprocess

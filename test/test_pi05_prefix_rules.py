@@ -3,14 +3,17 @@
 Each rule is broken on purpose to show that parity catches it.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from embodied_ros.backbone import gemma
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
-from embodied_ros.heads import action_expert
+from embodied_ros.heads import adarms_expert
 from embodied_ros.models.pi05.convert import read_checkpoint
 from embodied_ros.models.pi05.runtime import Pi05Runtime
+from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
 from embodied_ros.sequence import prefix as layout
@@ -82,7 +85,7 @@ def test_action_positions_off_by_one_fail_parity(tiny, monkeypatch):
 
 def test_one_prefix_pass_per_chunk_and_every_step_reads_that_cache(runtime, observation, monkeypatch):
     passes, caches_read = [], []
-    real_pass, real_velocity = gemma.prefix_pass, action_expert.velocity
+    real_pass, real_velocity = gemma.prefix_pass, adarms_expert.velocity
 
     def counting_pass(*args, **kwargs):
         passes.append(1)
@@ -93,7 +96,7 @@ def test_one_prefix_pass_per_chunk_and_every_step_reads_that_cache(runtime, obse
         return real_velocity(ks, cfg, weights, layers, cache, *rest)
 
     monkeypatch.setattr(gemma, "prefix_pass", counting_pass)
-    monkeypatch.setattr(action_expert, "velocity", recording_velocity)
+    monkeypatch.setattr(adarms_expert, "velocity", recording_velocity)
     embeddings = runtime.encode(observation)
     prefix = runtime.build_prefix(embeddings, observation)
     runtime.act(prefix, None, np.zeros(runtime.spec.noise_shape, np.float32))
@@ -139,9 +142,12 @@ def test_prefix_rebuilt_from_copied_tensors_gives_the_same_actions(runtime, obse
     np.testing.assert_array_equal(runtime.act(copied, None, noise).actions, runtime.act(prefix, None, noise).actions)
 
 
-def test_noise_comes_from_the_runtime_generator(runtime, observation):
+def test_default_noise_is_drawn_from_the_seed_and_the_observation_stamp(runtime, observation):
     first = infer(runtime, observation).actions
-    second = infer(runtime, observation).actions
-    assert not np.array_equal(first, second)  # fresh noise per chunk
+    np.testing.assert_array_equal(infer(runtime, observation).actions, first)  # no hidden generator state
+    later = dataclasses.replace(observation, stamp_ns=observation.stamp_ns + 1)
+    assert not np.array_equal(infer(runtime, later).actions, first)  # fresh noise per observation
     again = Pi05Runtime(runtime.model, runtime.tokenizer, runtime.state_stats, runtime.action_stats)
     np.testing.assert_array_equal(infer(again, observation).actions, first)  # seeded from the config
+    expected = stage_noise(runtime.config.noise_seed, "action", observation.stamp_ns, runtime.spec.noise_shape)
+    np.testing.assert_array_equal(infer(runtime, observation, expected).actions, first)

@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from embodied_ros.sequence import images, prefix, prompt
+from embodied_ros.models.pi05 import prompt
+from embodied_ros.sequence import images, prefix
 from embodied_ros.sequence.normalize import QuantileStats
 from embodied_ros.sequence.tokenizer import PromptTokenizer
 from pi05_fixtures import CHECKPOINT
@@ -157,3 +158,21 @@ def test_resize_with_pad_keeps_a_row_of_a_very_thin_image():
         out = resize_with_pad(thin, 224)
     assert out.shape == (3, 224, 224)
     assert out.sum() > 0  # the image's one row is there, not all padding
+
+
+def test_normalizer_is_chosen_from_the_stored_statistics():
+    from embodied_ros.sequence.normalize import MeanStdStats, MinMaxStats, normalizer_of
+
+    x = np.array([0.5, -1.0, 3.0], np.float32)
+    mean_std = normalizer_of({"mean": np.array([0.0, 1.0, 2.0]), "std": np.array([1.0, 2.0, 0.0])})
+    assert isinstance(mean_std, MeanStdStats)
+    np.testing.assert_array_equal(mean_std.normalize(x), (x - mean_std.mean) / (mean_std.std + np.float32(1e-8)))
+    np.testing.assert_allclose(mean_std.denormalize(mean_std.normalize(x))[:2], x[:2], rtol=1e-6)
+    min_max = normalizer_of({"min": np.array([0.0, -2.0, 3.0]), "max": np.array([1.0, 2.0, 3.0])})
+    assert isinstance(min_max, MinMaxStats)
+    np.testing.assert_allclose(min_max.normalize(x), [0.0, -0.5, -1.0])  # a zero range maps min to -1
+    np.testing.assert_allclose(min_max.denormalize(np.array([1.0, -1.0, 0.0], np.float32)), [1.0, -2.0, 3.0])
+    assert isinstance(normalizer_of({"q01": np.zeros(3), "q99": np.ones(3), "mean": np.zeros(3)}), QuantileStats)
+    assert normalizer_of({}) is None
+    with pytest.raises(ValueError, match="match no mode"):
+        normalizer_of({"median": np.zeros(3)})

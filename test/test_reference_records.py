@@ -10,6 +10,7 @@ from safetensors import safe_open
 
 EXTRA = Path(__file__).parent / "data" / "extra"
 PI05_SETS = ["pi05_one_cam_odd", "pi05_three_cam_missing", "pi05_fp16_two_cam", "pi05_gqa"]
+PI0_SETS = ["pi0_three_cam_gqa"]  # pi0.5's files and arrays plus the state (pi0's own tests read them)
 WAN_SETS = ["wan_block_dim96", "wan_block_dim48"]
 RTC_SETS = ["pi05_rtc_aside"]  # real-time chunking (docs/reference.md)
 MAX_SET_BYTES = 2 * 2**20
@@ -39,7 +40,7 @@ def load_set(name, weights_file):
 
 def test_every_set_and_spec_is_present_and_small():
     folders = sorted(p.name for p in EXTRA.iterdir() if p.is_dir() and p.name != "specs")
-    assert folders == sorted(PI05_SETS + WAN_SETS + RTC_SETS)
+    assert folders == sorted(PI05_SETS + PI0_SETS + WAN_SETS + RTC_SETS)
     specs = sorted(p.stem for p in (EXTRA / "specs").glob("*.json"))
     assert specs == folders
     for name in folders:
@@ -47,7 +48,7 @@ def test_every_set_and_spec_is_present_and_small():
         assert size < MAX_SET_BYTES, f"{name} is {size} bytes"
 
 
-@pytest.mark.parametrize("name", PI05_SETS)
+@pytest.mark.parametrize("name", PI05_SETS + PI0_SETS)
 def test_pi05_config_matches_its_spec(name):
     config, _, _, _ = load_set(name, "model.safetensors")
     spec = json.loads((EXTRA / "specs" / f"{name}.json").read_text())
@@ -95,7 +96,7 @@ def test_pi05_weights_have_the_configured_shapes(name):
     assert dtypes == ({"F16"} if config["weights_dtype"].startswith("float16") else {"F32"})
 
 
-@pytest.mark.parametrize("name", PI05_SETS)
+@pytest.mark.parametrize("name", PI05_SETS + PI0_SETS)
 def test_pi05_cases_have_the_configured_shapes(name):
     config, cases, _, _ = load_set(name, "model.safetensors")
     vis, lm = config["vision"], config["language_model"]

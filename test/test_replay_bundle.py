@@ -13,7 +13,7 @@ import pytest
 
 from embodied_ros.cli.main import main
 from embodied_ros.node_infra.config import load_config
-from embodied_ros.node_infra.noise import stage_noise
+from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.node_infra.paths import default_config
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.pipeline.stages import infer

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from embodied_ros.node_infra.config import load_config
-from embodied_ros.node_infra.noise import stage_noise
+from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.replay import messages as m
 from embodied_ros.replay.bag_reader import BagError, read_episode

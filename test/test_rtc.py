@@ -105,7 +105,7 @@ def test_works_for_any_velocity_function():
 
     plain = flow.euler_solve(velocity, noise, 10)
     guidance = rtc.chunk_guidance(rtc.RtcSettings("linear", 10.0, 6), leftover, 3, noise.shape, 10)
-    guided = flow.euler_solve(velocity, noise, 10, guidance)
+    guided = flow.euler_solve(velocity, noise, 10, guidance=guidance)
     np.testing.assert_array_equal(guided[6:], plain[6:])
     assert np.abs(guided[:3, :3] - leftover[:3]).max() < 0.5 * np.abs(plain[:3, :3] - leftover[:3]).max()
     np.testing.assert_allclose(guided[:3, 3:], 0.0, atol=0.5 * np.abs(plain[:3, 3:]).max())  # padding pulls to 0

@@ -89,7 +89,7 @@ def runtime(tmp_path_factory):
 def test_pi05_runtime_continues_a_physical_leftover(runtime):
     """Through the stage contract: the leftover (physical units) is taken to model space with the
     new observation's state, the frozen rows land near it, and no leftover is plain sampling."""
-    from embodied_ros.node_infra.noise import stage_noise
+    from embodied_ros.pipeline.noise import stage_noise
     from embodied_ros.pipeline.types import ChunkContinuation, Observation
 
     rng = np.random.default_rng(7)

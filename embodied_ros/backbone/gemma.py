@@ -19,16 +19,53 @@ last layer stops after its K/V projections unless the caller asks for the full o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from embodied_ros.backbone.checks import positive, require
 from embodied_ros.backbone.prefix_cache import PrefixCacheBuilder
 from embodied_ros.kernels._gemm import PANEL, PackedWeight, pack_weight
 from embodied_ros.kernels.quant import QuantTensor
 
-if TYPE_CHECKING:
-    from embodied_ros.models.pi05.config import GemmaConfig
+
+@dataclass(frozen=True)
+class GemmaConfig:
+    """A Gemma decoder stack (the language model or the action expert)."""
+
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    eps: float = 1e-6
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        positive("gemma", width=self.width, depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
+                  num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
+        require(self.num_heads % self.num_kv_heads == 0,
+                 f"{self.num_heads} query heads cannot share {self.num_kv_heads} key/value heads")
+        require(self.head_dim % 2 == 0, f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+
+
+
+
+# transformers' Gemma decoder-layer parameter names -> the runtime's (q/k/v and gate/up are stacked
+# into `attn_qkv` and `ffn_gate_up` when a bundle is written)
+TRANSFORMERS_LAYER_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                            "self_attn.o_proj": "attn_out", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                            "mlp.down_proj": "ffn_down"}
+TRANSFORMERS_NORM_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+
+
+def linear_shapes(cfg: GemmaConfig) -> dict[str, tuple[int, int]]:
+    """Shapes of one layer's (stacked) linear weights, by the runtime's layer-relative names."""
+    q_rows, kv_rows = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    return {"attn_qkv": (q_rows + 2 * kv_rows, cfg.width), "attn_out": (cfg.width, q_rows),
+            "ffn_gate_up": (2 * cfg.mlp_dim, cfg.width), "ffn_down": (cfg.width, cfg.mlp_dim)}
 
 
 def row_slice(weight: Any, start: int, stop: int) -> Any:
@@ -43,7 +80,7 @@ def row_slice(weight: Any, start: int, stop: int) -> Any:
     return weight[start:stop]
 
 
-def with_kv_rows(cfg: "GemmaConfig", w: Mapping[str, Any]) -> dict[str, Any]:
+def with_kv_rows(cfg: GemmaConfig, w: Mapping[str, Any]) -> dict[str, Any]:
     """A layer's tensors plus `attn_kv.weight`, the K/V rows of its stacked q/k/v (a view), for
     layers whose queries nobody reads."""
     q_rows = cfg.num_heads * cfg.head_dim
@@ -55,7 +92,7 @@ def _split_heads(projected: np.ndarray, heads: int, head_dim: int) -> np.ndarray
     return projected.reshape(projected.shape[0], heads, head_dim)
 
 
-def project_kv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos: np.ndarray,
+def project_kv(ks, cfg: GemmaConfig, w: Mapping[str, Any], h: np.ndarray, cos: np.ndarray,
                sin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Normed tokens [n, D] -> keys (after RoPE) and values [n, K, d]."""
     kv = ks.linear(h, w["attn_kv.weight"])  # [n, 2 K d]
@@ -64,7 +101,7 @@ def project_kv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos:
     return keys, _split_heads(kv[:, width:], cfg.num_kv_heads, cfg.head_dim)
 
 
-def project_qkv(ks, cfg: "GemmaConfig", w: Mapping[str, Any], h: np.ndarray, cos: np.ndarray,
+def project_qkv(ks, cfg: GemmaConfig, w: Mapping[str, Any], h: np.ndarray, cos: np.ndarray,
                 sin: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Normed tokens [n, D] -> queries [n, H, d], keys [n, K, d] (both after RoPE), values [n, K, d]."""
     qkv = ks.linear(h, w["attn_qkv.weight"])  # [n, (H + 2K) d]
@@ -85,7 +122,7 @@ def feed_forward(ks, w: Mapping[str, Any], h: np.ndarray) -> np.ndarray:
     return ks.linear(ks.gelu_tanh_glu(gate_up), w["ffn_down.weight"])
 
 
-def prefix_pass(ks, cfg: "GemmaConfig", layers: Sequence[Mapping[str, Any]], x: np.ndarray,
+def prefix_pass(ks, cfg: GemmaConfig, layers: Sequence[Mapping[str, Any]], x: np.ndarray,
                 rope: tuple[np.ndarray, np.ndarray], bias: np.ndarray | None, cache: PrefixCacheBuilder,
                 full_last_layer: bool = False) -> np.ndarray:
     """Run the prefix [n, D] through every layer once, writing each layer's K/V into `cache`.

@@ -14,12 +14,75 @@ as one [N * T, W] matrix; only attention is per camera.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from embodied_ros.models.pi05.config import VisionConfig
+from embodied_ros.backbone.checks import positive, require
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """SigLIP tower: square images cut into patch_size patches, pre-LN encoder layers."""
+
+    image_size: int
+    patch_size: int
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        positive("vision", image_size=self.image_size, patch_size=self.patch_size, width=self.width,
+                  depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads)
+        require(self.image_size % self.patch_size == 0,
+                 f"vision.image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
+        require(self.width % self.num_heads == 0,
+                 f"vision.width {self.width} is not divisible by num_heads {self.num_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.num_heads
+
+    @property
+    def patches_per_side(self) -> int:
+        return self.image_size // self.patch_size
+
+    @property
+    def tokens_per_camera(self) -> int:
+        return self.patches_per_side ** 2
+
+    @property
+    def patch_features(self) -> int:
+        return 3 * self.patch_size ** 2
+
+
+
+
+# transformers' SigLIP encoder-layer parameter names -> the runtime's (q/k/v are stacked into
+# `attn_qkv` when a bundle is written)
+TRANSFORMERS_LAYER_NAMES = {"layer_norm1": "ln1", "layer_norm2": "ln2", "self_attn.q_proj": "attn_q",
+                            "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                            "self_attn.out_proj": "attn_out", "mlp.fc1": "fc1", "mlp.fc2": "fc2"}
+
+
+def tensor_shapes(cfg: VisionConfig, stack: str = "vision") -> dict[str, tuple[int, ...]]:
+    """Every tensor the tower reads, named `{stack}.patch.weight`, `{stack}.blk.{i}.attn_qkv.weight`, ..."""
+    v = cfg
+    shapes: dict[str, tuple[int, ...]] = {
+        f"{stack}.patch.weight": (v.width, v.patch_features), f"{stack}.patch.bias": (v.width,),
+        f"{stack}.position": (v.tokens_per_camera, v.width),
+        f"{stack}.post_ln.weight": (v.width,), f"{stack}.post_ln.bias": (v.width,),
+    }
+    for i in range(v.depth):
+        layer = {"ln1": (v.width,), "ln2": (v.width,), "attn_qkv": (3 * v.width, v.width),
+                 "attn_out": (v.width, v.width), "fc1": (v.mlp_dim, v.width), "fc2": (v.width, v.mlp_dim)}
+        for part, shape in layer.items():
+            shapes[f"{stack}.blk.{i}.{part}.weight"] = shape
+            shapes[f"{stack}.blk.{i}.{part}.bias"] = shape[:1]
+    return shapes
 
 
 def patchify(images: np.ndarray, patch: int) -> np.ndarray:

@@ -36,9 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _joint_settings(args) -> dict:
     if not args.bundle:
         return {}
-    from embodied_ros.pipeline.stages import load_runtime
+    from embodied_ros.pipeline.stages import read_spec
 
-    spec = load_runtime(args.bundle).spec
+    spec = read_spec(args.bundle)
     joints = tuple(spec.state_names) + tuple(n for n in spec.action_names if n not in spec.state_names)
     settings = {"joint_names": joints, "command_joint_names": tuple(spec.action_names),
                 "cameras": {name: tuple(spec.image_size) for name in spec.camera_names}}

@@ -111,7 +111,7 @@ def padded_leftover(leftover: np.ndarray, chunk: int, width: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Guidance:
-    """The guidance of one chunk's solve; called as the solver's `guide(x, v, step) -> v`."""
+    """The guidance of one chunk's solve; called as the solver's `guidance(x, v, step) -> v`."""
 
     target: np.ndarray  # [C, A] the zero-padded leftover Y
     weights: np.ndarray  # [C, 1] prefix weights w

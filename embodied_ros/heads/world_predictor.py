@@ -18,18 +18,19 @@ from typing import Callable, Sequence
 import numpy as np
 
 from embodied_ros.backbone.wan_block import KV
+from embodied_ros.heads import flow
 
 
 def euler_flow(velocity: Callable[[np.ndarray, float], np.ndarray], noise: np.ndarray, steps: int) -> np.ndarray:
-    """Integrate dx/dt = velocity(x, t) from t = 1 (x = noise) to t = 0 in `steps` equal Euler steps."""
+    """Integrate dx/dt = velocity(x, t) from t = 1 (x = noise) to t = 0 in `steps` equal Euler steps
+    (heads/flow.py's solver, for a velocity that takes the time itself). The times are summed in
+    float32, 1 + s * dt, which differs from `flow.euler_times` by an ulp at some step counts; the
+    world-action bundles' reference records were made with these."""
     if steps < 1:
         raise ValueError(f"flow matching needs at least one step, got {steps}")
     dt = np.float32(-1.0 / steps)
-    x = np.asarray(noise, dtype=np.float32)
-    for step in range(steps):
-        t = float(np.float32(1.0) + np.float32(step) * dt)
-        x = x + dt * velocity(x, t)
-    return x
+    times = [float(np.float32(1.0) + np.float32(step) * dt) for step in range(steps)]
+    return flow.euler_solve(lambda x, step: velocity(x, times[step]), noise, steps)
 
 
 @dataclass(frozen=True)

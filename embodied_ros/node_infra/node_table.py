@@ -20,7 +20,7 @@ class GraphNodeSpec:
     upstream: tuple[str, ...] = ()  # nodes whose outputs it reads
     schedule_key: str | None = None  # `schedule.<key>`: it runs every N steps; None: every step
     schedule_doc: str = ""  # what `schedule.<key>` means (ROS parameter description, docs/graph.md)
-    noise_stream: int | None = None  # stream of its initial noise under stages.noise_seed (node_infra/noise.py)
+    noise_stream: int | None = None  # stream of its initial noise under stages.noise_seed (pipeline/noise.py)
     control: bool = False  # composed: on the shared control thread (light, on time), not a thread of its own
     world_model_only: bool = False  # left out of graphs whose model has no world model
 

@@ -6,7 +6,7 @@ With real-time chunking (`rtc.enabled`) each chunk continues the one it publishe
 from __future__ import annotations
 
 from embodied_ros.deploy.continuation import ChunkContinuer, DelayEstimate
-from embodied_ros.node_infra.noise import stage_noise
+from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.node_infra.topics import ACTION_CHUNK, stage_qos
 from embodied_ros.node_infra.transport import chunk_to_msg
 from embodied_ros.msg import ActionChunk

@@ -32,7 +32,7 @@ from embodied_ros.msg import StageOutput
 from embodied_ros.nodes.base import HARDWARE_ID, GraphNode
 from embodied_ros.nodes.input_qos import InputMismatches
 from embodied_ros.nodes.state_log import StateLog
-from embodied_ros.nodes.runtime_cache import acquire_runtime
+from embodied_ros.pipeline.stages import read_spec
 from embodied_ros.pipeline.types import Observation
 
 
@@ -40,7 +40,9 @@ class ObservationNode(GraphNode):
     stage = "observation"
 
     def setup(self) -> None:
-        spec = (self.injected_runtime or acquire_runtime(self.config)).spec
+        if not (self.injected_runtime or self.config.bundle):
+            raise ValueError("no bundle configured: set the `bundle` parameter to a model bundle file")
+        spec = self.injected_runtime.spec if self.injected_runtime else read_spec(self.config.bundle)
         inputs = self.config.inputs
         self.cameras = inputs.cameras or spec.camera_names
         unknown = [c for c in self.cameras if c not in spec.camera_names]

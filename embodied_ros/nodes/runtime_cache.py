@@ -1,6 +1,6 @@
 """One runtime per (bundle, backend) per process: composed nodes share weights and compiled kernels.
 
-Loading runs every stage once on a blank observation, so kernels are compiled (or loaded from the
+Loading warms the runtime up once (`Runtime.warm_up`), so kernels are compiled (or loaded from the
 numba cache) while the node configures, never during its first control step. It also sets the
 process's compute settings (`compute.*` of the graph config).
 """
@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
-
 from embodied_ros.node_infra.config import GraphConfig
-from embodied_ros.pipeline.stages import Runtime, infer, load_runtime
-from embodied_ros.pipeline.types import Observation
+from embodied_ros.pipeline.stages import Runtime, load_runtime
 
 _lock = threading.Lock()
 _runtimes: dict[tuple[str, str], Runtime] = {}
@@ -30,7 +27,7 @@ def acquire_runtime(config: GraphConfig) -> Runtime:
         if key not in _runtimes:
             check_drives_the_graph(bundle)
             runtime = load_runtime(bundle, backend)
-            warm_up(runtime)
+            runtime.warm_up()
             _runtimes[key] = runtime
         return _runtimes[key]
 
@@ -43,16 +40,6 @@ def check_drives_the_graph(bundle_path: str) -> None:
 
     if open_bundle(bundle_path, verify_digest=False).tokenizer_model is None:
         raise BundleError(f"{bundle_path}: {NO_TOKENIZER}")
-
-
-def warm_up(runtime: Runtime) -> None:
-    """One full inference on a blank observation (black images, zero state)."""
-    spec = runtime.spec
-    height, width = spec.image_size
-    observation = Observation(
-        stamp_ns=0, images={name: np.zeros((height, width, 3), np.uint8) for name in spec.camera_names},
-        state=np.zeros(len(spec.state_names), np.float32), instruction="warm up")
-    infer(runtime, observation, np.zeros(spec.noise_shape, np.float32))
 
 
 def apply_compute_settings(config: GraphConfig) -> None:

@@ -1,6 +1,6 @@
 """World predictor node: a world-action model's predictive module over the newest prefix.
 
-Its initial noise comes from `node_infra/noise.py: stage_noise(seed, "world", step, shape)`, as the
+Its initial noise comes from `pipeline/noise.py: stage_noise(seed, "world", step, shape)`, as the
 action head's does, so a lock-step run equals `pipeline.stages.infer` given the same noises.
 
 With a model that has no world model (pi0.5) the node configures and activates but stays idle:
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from diagnostic_msgs.msg import DiagnosticStatus
 
-from embodied_ros.node_infra.noise import stage_noise
+from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.nodes.stage import StageNode
 
 

@@ -1,8 +1,10 @@
 """The stage contract every model family implements, and how a bundle finds its family.
 
 A model family is a subpackage `embodied_ros.models.<architecture>` exposing
-`load_runtime(bundle, backend) -> Runtime`; the bundle's `general.architecture` names it, so adding
-a family needs no edit here.
+`load_runtime(bundle, backend) -> Runtime` and `spec_of(bundle) -> ModelSpec` (from the bundle's
+metadata alone, no weights read); the bundle's `general.architecture` names it, so adding a family
+needs no edit here. A loaded runtime compiles nothing until `warm_up()`, which whoever serves
+control steps calls once (nodes/runtime_cache.py).
 
 Stages, in data-flow order (each a node in the graph, each may run at its own period):
   encode        perception encoder: images -> embeddings                      (every N steps)
@@ -46,6 +48,9 @@ class ModelSpec:
 class Runtime(Protocol):
     spec: ModelSpec
 
+    def warm_up(self) -> None:
+        """Compile (or load from numba's cache) every kernel the stages run, before the first control step."""
+
     def encode(self, observation: Observation) -> StageResult: ...
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult: ...
@@ -67,17 +72,39 @@ def infer(runtime: Runtime, observation: Observation, noise: np.ndarray | None =
     return runtime.act(prefix, world, noise)
 
 
-def load_runtime(bundle_path: str | Path, backend: str = "numba") -> Runtime:
-    """Open a bundle and build the runtime of its model family."""
-    from embodied_ros.bundle import open_bundle
+def blank_inference(runtime: Runtime) -> None:
+    """One full inference on a blank observation (black images, zero state): a warm-up for runtimes
+    whose model has no smaller one."""
+    spec = runtime.spec
+    height, width = spec.image_size
+    observation = Observation(
+        stamp_ns=0, images={name: np.zeros((height, width, 3), np.uint8) for name in spec.camera_names},
+        state=np.zeros(len(spec.state_names), np.float32), instruction="warm up")
+    infer(runtime, observation, np.zeros(spec.noise_shape, np.float32))
 
-    bundle = open_bundle(bundle_path)
+
+def _family(bundle, bundle_path):
     try:
-        family = importlib.import_module(f"embodied_ros.models.{bundle.architecture}")
+        return importlib.import_module(f"embodied_ros.models.{bundle.architecture}")
     except ModuleNotFoundError as error:
         if error.name != f"embodied_ros.models.{bundle.architecture}":
             raise
         raise ValueError(
             f"{bundle_path}: architecture {bundle.architecture!r} is not supported by this runtime"
         ) from None
-    return family.load_runtime(bundle, backend)
+
+
+def load_runtime(bundle_path: str | Path, backend: str = "numba") -> Runtime:
+    """Open a bundle and build the runtime of its model family (not yet warmed up)."""
+    from embodied_ros.bundle import open_bundle
+
+    bundle = open_bundle(bundle_path)
+    return _family(bundle, bundle_path).load_runtime(bundle, backend)
+
+
+def read_spec(bundle_path: str | Path) -> ModelSpec:
+    """The model spec of a bundle from its metadata: no weights mapped, no kernels compiled."""
+    from embodied_ros.bundle import open_bundle
+
+    bundle = open_bundle(bundle_path, verify_digest=False)  # the process that loads the weights checks them
+    return _family(bundle, bundle_path).spec_of(bundle)

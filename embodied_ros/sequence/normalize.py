@@ -1,19 +1,58 @@
-"""Quantile normalization of the state and de-normalization of actions (LeRobot QUANTILES mode).
+"""Normalization of the state and de-normalization of actions, LeRobot's modes:
 
-    normalize:    n = 2 * (x - q01) / (q99 - q01) - 1     (a zero range is replaced by eps)
-    denormalize:  x = (n + 1) * (q99 - q01) / 2 + q01
+    QUANTILES  n = 2 * (x - q01) / (q99 - q01) - 1       x = (n + 1) * (q99 - q01) / 2 + q01
+    MEAN_STD   n = (x - mean) / (std + eps)              x = n * std + mean
+    MIN_MAX    n = 2 * (x - min) / (max - min) - 1       x = (n + 1) / 2 * (max - min) + min
 
-Both in float32 in the reference's operation order, and without clipping: values outside
-[q01, q99] map outside [-1, 1] (the prompt's state bins then saturate at -1 / 255).
+(a zero range of QUANTILES / MIN_MAX is replaced by eps). All in float32 in the reference's
+operation order, and without clipping. One protocol, `Normalizer` (`dim`, `normalize`,
+`denormalize`); `normalizer_of(stats)` picks the mode from the statistics a bundle stores for one
+quantity ({"q01", "q99"}, {"mean", "std"} or {"min", "max"}).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Protocol
 
 import numpy as np
 
 DEFAULT_EPS = 1e-8
+
+
+class Normalizer(Protocol):
+    @property
+    def dim(self) -> int: ...
+
+    def normalize(self, values: np.ndarray) -> np.ndarray: ...
+
+    def denormalize(self, values: np.ndarray) -> np.ndarray: ...
+
+
+def _vector(values, name: str) -> np.ndarray:
+    vector = np.asarray(values, dtype=np.float32).reshape(-1)
+    if not np.all(np.isfinite(vector)):
+        raise ValueError(f"normalization stats {name} contain non-finite values")
+    return vector
+
+
+def _check(values: np.ndarray, dim: int, what: str) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float32)
+    if values.shape[-1] != dim:
+        raise ValueError(f"{what} has {values.shape[-1]} values, the normalization stats have {dim}")
+    return values
+
+
+def _pair(first, second, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _vector(first, names[0]), _vector(second, names[1])
+    if a.shape != b.shape:
+        raise ValueError(f"normalization stats differ in size: {names[0]} {a.shape}, {names[1]} {b.shape}")
+    return a, b
+
+
+def _span(low: np.ndarray, high: np.ndarray, eps: float) -> np.ndarray:
+    span = high - low
+    return np.where(span == 0, np.float32(eps), span).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -23,12 +62,7 @@ class QuantileStats:
     eps: float = DEFAULT_EPS
 
     def __post_init__(self) -> None:
-        q01 = np.asarray(self.q01, dtype=np.float32).reshape(-1)
-        q99 = np.asarray(self.q99, dtype=np.float32).reshape(-1)
-        if q01.shape != q99.shape:
-            raise ValueError(f"quantile stats differ in size: q01 {q01.shape}, q99 {q99.shape}")
-        if not (np.all(np.isfinite(q01)) and np.all(np.isfinite(q99))):
-            raise ValueError("quantile stats contain non-finite values")
+        q01, q99 = _pair(self.q01, self.q99, ("q01", "q99"))
         object.__setattr__(self, "q01", q01)
         object.__setattr__(self, "q99", q99)
 
@@ -36,18 +70,71 @@ class QuantileStats:
     def dim(self) -> int:
         return self.q01.size
 
-    def _check(self, values: np.ndarray, what: str) -> np.ndarray:
-        values = np.asarray(values, dtype=np.float32)
-        if values.shape[-1] != self.dim:
-            raise ValueError(f"{what} has {values.shape[-1]} values, the normalization stats have {self.dim}")
-        return values
-
     def normalize(self, values: np.ndarray) -> np.ndarray:
-        values = self._check(values, "state")
-        span = self.q99 - self.q01
-        span = np.where(span == 0, np.float32(self.eps), span).astype(np.float32)
-        return (np.float32(2.0) * (values - self.q01)) / span - np.float32(1.0)
+        values = _check(values, self.dim, "state")
+        return (np.float32(2.0) * (values - self.q01)) / _span(self.q01, self.q99, self.eps) - np.float32(1.0)
 
     def denormalize(self, values: np.ndarray) -> np.ndarray:
-        values = self._check(values, "action")
+        values = _check(values, self.dim, "action")
         return ((values + np.float32(1.0)) * (self.q99 - self.q01)) / np.float32(2.0) + self.q01
+
+
+@dataclass(frozen=True)
+class MeanStdStats:
+    mean: np.ndarray  # [dim] float32
+    std: np.ndarray  # [dim] float32
+    eps: float = DEFAULT_EPS
+
+    def __post_init__(self) -> None:
+        mean, std = _pair(self.mean, self.std, ("mean", "std"))
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "std", std)
+
+    @property
+    def dim(self) -> int:
+        return self.mean.size
+
+    def normalize(self, values: np.ndarray) -> np.ndarray:
+        values = _check(values, self.dim, "state")
+        return (values - self.mean) / (self.std + np.float32(self.eps))
+
+    def denormalize(self, values: np.ndarray) -> np.ndarray:
+        values = _check(values, self.dim, "action")
+        return values * self.std + self.mean
+
+
+@dataclass(frozen=True)
+class MinMaxStats:
+    min: np.ndarray  # [dim] float32
+    max: np.ndarray  # [dim] float32
+    eps: float = DEFAULT_EPS
+
+    def __post_init__(self) -> None:
+        low, high = _pair(self.min, self.max, ("min", "max"))
+        object.__setattr__(self, "min", low)
+        object.__setattr__(self, "max", high)
+
+    @property
+    def dim(self) -> int:
+        return self.min.size
+
+    def normalize(self, values: np.ndarray) -> np.ndarray:
+        values = _check(values, self.dim, "state")
+        return np.float32(2.0) * (values - self.min) / _span(self.min, self.max, self.eps) - np.float32(1.0)
+
+    def denormalize(self, values: np.ndarray) -> np.ndarray:
+        values = _check(values, self.dim, "action")
+        return (values + np.float32(1.0)) / np.float32(2.0) * _span(self.min, self.max, self.eps) + self.min
+
+
+_MODES = ((("q01", "q99"), QuantileStats), (("mean", "std"), MeanStdStats), (("min", "max"), MinMaxStats))
+
+
+def normalizer_of(stats: Mapping[str, np.ndarray] | None, eps: float = DEFAULT_EPS) -> Normalizer | None:
+    """The normalizer for one quantity's stored statistics; None when there are none (identity)."""
+    if not stats:
+        return None
+    for keys, kind in _MODES:
+        if set(keys) <= set(stats):
+            return kind(*(stats[key] for key in keys), eps=eps)
+    raise ValueError(f"normalization stats {sorted(stats)} match no mode (q01/q99, mean/std or min/max)")

@@ -2,6 +2,7 @@
 
 Family entry points (see embodied_ros/bundle/__init__.py and pipeline/stages.py):
   load_runtime(bundle, backend)          -> LingbotVARuntime (encode, build_prefix, predict_world, act)
+  spec_of(bundle)                        -> its ModelSpec from the bundle's metadata
   verify_reference(bundle, backend)      -> (max abs error, tolerance) of the bundle's reference record
   recognizes_fixture(path), run_fixture_parity(path, quant)   Wan block records for `embodied-ros parity`
   convert.detect / convert.convert       checkpoint folders -> bundles
@@ -31,6 +32,16 @@ def load_runtime(bundle, backend: str = "numba"):
                             backend)
 
 
+def spec_of(bundle):
+    """The ModelSpec of a lingbot_va bundle from its metadata (no weights read)."""
+    from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
+    from embodied_ros.models.lingbot_va.runtime import model_spec
+
+    if BLOCKS_ONLY in bundle.config:
+        raise ValueError(f"{bundle.path}: holds bare Wan blocks (a parity record), not a world-action model")
+    return model_spec(LingbotVAConfig.from_dict(bundle.config))
+
+
 def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     """Run the bundle's reference record: (largest max-abs error over its cases, tolerance). A
     blocks-only bundle reruns its recorded Wan block cases; a whole model its world-action case."""
@@ -58,5 +69,5 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
     return run(Path(path), quant, backend)
 
 
-__all__ = ["ARCHITECTURE", "PRESETS", "LingbotVAConfig", "load_runtime", "recognizes_fixture",
+__all__ = ["ARCHITECTURE", "PRESETS", "LingbotVAConfig", "load_runtime", "spec_of", "recognizes_fixture",
            "run_fixture_parity", "verify_reference"]

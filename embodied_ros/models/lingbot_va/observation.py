@@ -14,6 +14,7 @@ from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.models.lingbot_va import transformer as tf
 from embodied_ros.models.lingbot_va.config import LingbotVAConfig
 from embodied_ros.models.lingbot_va.text import Tokenizer
+from embodied_ros.sequence.normalize import Normalizer
 
 
 def check_images(cfg: LingbotVAConfig, images: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -48,7 +49,7 @@ def encode_images(ks, cfg: LingbotVAConfig, w: tf.LingbotVAWeights, images: list
     return np.ascontiguousarray(cells.reshape(rows, cols, cfg.latent_channels).transpose(2, 0, 1)[:, None])
 
 
-def normalized_state(cfg: LingbotVAConfig, state: np.ndarray | None, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+def normalized_state(cfg: LingbotVAConfig, state: np.ndarray | None, normalizer: Normalizer) -> np.ndarray:
     if state is None:
         raise ValueError(f"this model needs the robot state ({cfg.state_dim} values: {', '.join(cfg.state_names)})")
     state = np.asarray(state, dtype=np.float32)
@@ -58,7 +59,7 @@ def normalized_state(cfg: LingbotVAConfig, state: np.ndarray | None, mean: np.nd
     bad = [name for name, value in zip(cfg.state_names, state) if not np.isfinite(value)]
     if bad:
         raise ValueError(f"state is not finite (NaN or infinity) for joint(s): {', '.join(bad)}")
-    return (state - mean) / std
+    return normalizer.normalize(state)
 
 
 def context_tokens(ks, w: tf.LingbotVAWeights, tokenizer: Tokenizer, instruction: str,

@@ -10,7 +10,7 @@
 
 Caches travel as stacked arrays [L, tokens, H, Dh] in the results' tensors; inside a process the
 per-block views are taken without copying. Noise not given is drawn from a generator seeded by
-(noise_seed, observation stamp, stream), so a run is reproducible from its inputs.
+(noise_seed, stage, observation stamp) by pipeline/noise.py, so a run is reproducible from its inputs.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from embodied_ros.models.lingbot_va import observation as obs
 from embodied_ros.models.lingbot_va import transformer as tf
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE, LingbotVAConfig
 from embodied_ros.models.lingbot_va.text import Tokenizer
-from embodied_ros.pipeline.stages import ModelSpec
+from embodied_ros.pipeline.noise import stage_noise
+from embodied_ros.sequence.normalize import normalizer_of
+from embodied_ros.pipeline.stages import ModelSpec, blank_inference
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 
-_WORLD_STREAM, _ACTION_STREAM = 1, 2
 
 
 def _stacked(kv: Sequence[KV]) -> dict[str, np.ndarray]:
@@ -46,29 +47,37 @@ def _elapsed_ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1e3, 3)
 
 
+def model_spec(cfg: LingbotVAConfig) -> ModelSpec:
+    return ModelSpec(
+        architecture=ARCHITECTURE, camera_names=cfg.camera_names, image_size=cfg.image_size,
+        state_names=cfg.state_names, action_names=cfg.action_names, chunk_size=cfg.chunk_size,
+        action_period_s=cfg.action_period_s, noise_shape=(cfg.chunk_size, cfg.action_dim),
+        world_noise_shape=tuple(cfg.world_noise_shape), has_world_model=True)
+
+
 class LingbotVARuntime:
     def __init__(self, cfg: LingbotVAConfig, weights: tf.LingbotVAWeights, stats: Mapping[str, Mapping[str, np.ndarray]],
                  tokenizer: Tokenizer, backend: str = "numba") -> None:
         if tokenizer.vocab_size != cfg.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, the model's text table {cfg.vocab_size}")
         self.cfg, self.weights, self.tokenizer = cfg, weights, tokenizer
-        self.state_mean, self.state_std = (np.asarray(stats["state"][k], np.float32) for k in ("mean", "std"))
-        self.action_mean, self.action_std = (np.asarray(stats["action"][k], np.float32) for k in ("mean", "std"))
+        # the reference divides by std alone (no eps added)
+        self.state_stats = normalizer_of({k: stats["state"][k] for k in ("mean", "std")}, eps=0.0)
+        self.action_stats = normalizer_of({k: stats["action"][k] for k in ("mean", "std")}, eps=0.0)
         self.ks = KernelSet(backend)
-        self.spec = ModelSpec(
-            architecture=ARCHITECTURE, camera_names=cfg.camera_names, image_size=cfg.image_size,
-            state_names=cfg.state_names, action_names=cfg.action_names, chunk_size=cfg.chunk_size,
-            action_period_s=cfg.action_period_s, noise_shape=(cfg.chunk_size, cfg.action_dim),
-            world_noise_shape=tuple(cfg.world_noise_shape), has_world_model=True)
+        self.spec = model_spec(cfg)
         self._action_rope = tf.action_rope(cfg)
+
+    def warm_up(self) -> None:
+        """Every stage once on a blank observation (its kernels compile for the shapes real steps use)."""
+        blank_inference(self)
 
     @property
     def world_noise_shape(self) -> tuple[int, ...]:
         return self.cfg.world_noise_shape
 
-    def _noise(self, stamp_ns: int, stream: int, shape: tuple[int, ...]) -> np.ndarray:
-        rng = np.random.default_rng([self.cfg.noise_seed, stamp_ns, stream])
-        return rng.standard_normal(shape, dtype=np.float32)
+    def _noise(self, stamp_ns: int, stage: str, shape: tuple[int, ...]) -> np.ndarray:
+        return stage_noise(self.cfg.noise_seed, stage, stamp_ns, shape)
 
     # ---- stages ------------------------------------------------------------------------------
 
@@ -86,7 +95,7 @@ class LingbotVARuntime:
         if latents.shape != (cfg.latent_channels, 1, *cfg.latent_hw):
             raise ValueError(f"perception latents have shape {latents.shape}, expected "
                              f"{(cfg.latent_channels, 1, *cfg.latent_hw)}")
-        state = obs.normalized_state(cfg, observation.state, self.state_mean, self.state_std)
+        state = obs.normalized_state(cfg, observation.state, self.state_stats)
         context = tf.condition_kv(ks, cfg, w, obs.context_tokens(ks, w, self.tokenizer, observation.instruction, state))
         frame = tf.clean_video_kv(ks, cfg, w, latents, frame_start=0, context=context, past=None)
         tensors = {**{f"context_{k}": v for k, v in _stacked(context).items()},
@@ -99,7 +108,7 @@ class LingbotVARuntime:
         cfg, ks, w = self.cfg, self.ks, self.weights
         context, observation_kv = _layers(prefix, "context"), _layers(prefix, "frame")
         if noise is None:
-            noise = self._noise(prefix.stamp_ns, _WORLD_STREAM, cfg.world_noise_shape)
+            noise = self._noise(prefix.stamp_ns, "world", cfg.world_noise_shape)
         noise = _checked_noise("world", noise, cfg.world_noise_shape)
 
         def velocity(latents: np.ndarray, t: float) -> np.ndarray:
@@ -122,7 +131,7 @@ class LingbotVARuntime:
             raise ValueError(f"world prediction keys have shape {world.tensors['world_k'].shape}, this model "
                              f"makes {expected}: the prediction comes from another model")
         if noise is None:
-            noise = self._noise(prefix.stamp_ns, _ACTION_STREAM, self.spec.noise_shape)
+            noise = self._noise(prefix.stamp_ns, "action", self.spec.noise_shape)
         noise = _checked_noise("action", noise, self.spec.noise_shape)
         context = _layers(prefix, "context")
         past = tf.join_kv(_layers(prefix, "frame"), _layers(world, "world"))  # once per chunk, read by every step
@@ -131,7 +140,7 @@ class LingbotVARuntime:
             return tf.action_velocity(ks, cfg, w, actions, t, self._action_rope, context, past)
 
         normalized = euler_flow(velocity, noise, cfg.action_steps)
-        actions = (normalized * self.action_std + self.action_mean).astype(np.float32)
+        actions = self.action_stats.denormalize(normalized).astype(np.float32)
         return ActionChunkResult(prefix.stamp_ns, actions, cfg.action_period_s, cfg.action_names)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from embodied_ros.backbone.wan_block import (KV, Rope, WanBlockWeights, block_tensor_shapes, context_kv,
                                              load_block_weights, wan_block)
+from embodied_ros.heads.flow import silu
 from embodied_ros.kernels.rope3d import rope3d_tables
 from embodied_ros.models.lingbot_va.config import LingbotVAConfig
 
@@ -132,15 +133,11 @@ def timestep_features(timestep: float, freq_dim: int) -> np.ndarray:
     return np.concatenate([np.cos(angles), np.sin(angles)])[None, :].astype(np.float32)
 
 
-def _silu(x: np.ndarray) -> np.ndarray:
-    return x / (np.float32(1.0) + np.exp(-x))
-
-
 def time_conditioning(ks, emb: TimeEmbedder, t: float, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """Flow time t -> (temb [1, D] for the output head, block modulation input [6, D])."""
     features = timestep_features(t * TIMESTEP_SCALE, emb.in_w.shape[1])
-    temb = ks.linear(_silu(ks.linear(features, emb.in_w, emb.in_b)), emb.out_w, emb.out_b)
-    return temb, ks.linear(_silu(temb), emb.proj_w, emb.proj_b).reshape(6, dim)
+    temb = ks.linear(silu(ks.linear(features, emb.in_w, emb.in_b)), emb.out_w, emb.out_b)
+    return temb, ks.linear(silu(temb), emb.proj_w, emb.proj_b).reshape(6, dim)
 
 
 def output_head(ks, head: OutputHead, x: np.ndarray, temb: np.ndarray, eps: float) -> np.ndarray:

@@ -12,6 +12,11 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
+from embodied_ros.backbone.checks import positive as _positive
+from embodied_ros.backbone.checks import require as _require
+from embodied_ros.backbone.gemma import GemmaConfig
+from embodied_ros.backbone.siglip import VisionConfig
+
 DEFAULT_ACTION_PERIOD_S = 0.02  # 50 Hz; LeRobot checkpoints do not record the control rate
 DEFAULT_NOISE_SEED = 0
 LEROBOT_CAMERA_PREFIX = "observation.images."
@@ -20,74 +25,6 @@ LEROBOT_CAMERA_PREFIX = "observation.images."
 def camera_name(feature_key: str) -> str:
     """LeRobot's camera feature key -> the camera's name ("observation.images.wrist" -> "wrist")."""
     return feature_key[len(LEROBOT_CAMERA_PREFIX):] if feature_key.startswith(LEROBOT_CAMERA_PREFIX) else feature_key
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
-
-
-def _positive(owner: str, **values: int) -> None:
-    for name, value in values.items():
-        _require(isinstance(value, int) and value > 0, f"{owner}.{name} must be a positive integer, got {value!r}")
-
-
-@dataclass(frozen=True)
-class VisionConfig:
-    """SigLIP tower: square images cut into patch_size patches, pre-LN encoder layers."""
-
-    image_size: int
-    patch_size: int
-    width: int
-    depth: int
-    mlp_dim: int
-    num_heads: int
-    eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        _positive("vision", image_size=self.image_size, patch_size=self.patch_size, width=self.width,
-                  depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads)
-        _require(self.image_size % self.patch_size == 0,
-                 f"vision.image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
-        _require(self.width % self.num_heads == 0,
-                 f"vision.width {self.width} is not divisible by num_heads {self.num_heads}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.width // self.num_heads
-
-    @property
-    def patches_per_side(self) -> int:
-        return self.image_size // self.patch_size
-
-    @property
-    def tokens_per_camera(self) -> int:
-        return self.patches_per_side ** 2
-
-    @property
-    def patch_features(self) -> int:
-        return 3 * self.patch_size ** 2
-
-
-@dataclass(frozen=True)
-class GemmaConfig:
-    """A Gemma decoder stack (the language model or the action expert)."""
-
-    width: int
-    depth: int
-    mlp_dim: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    eps: float = 1e-6
-    rope_theta: float = 10000.0
-
-    def __post_init__(self) -> None:
-        _positive("gemma", width=self.width, depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
-                  num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
-        _require(self.num_heads % self.num_kv_heads == 0,
-                 f"{self.num_heads} query heads cannot share {self.num_kv_heads} key/value heads")
-        _require(self.head_dim % 2 == 0, f"head_dim must be even for rotary embeddings, got {self.head_dim}")
 
 
 @dataclass(frozen=True)

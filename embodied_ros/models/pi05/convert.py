@@ -66,7 +66,8 @@ def detect(source: Path) -> bool:
         config = json.loads((source / CONFIG_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return config.get("type") == "pi05" or {"vision", "language_model", "expert"} <= set(config)
+    return config.get("type") == "pi05" or ({"vision", "language_model", "expert"} <= set(config)
+                                            and "suffix" not in config)  # a pi0 record has a suffix
 
 
 # What `overrides` may set (`embodied-ros bundle convert --set KEY=VALUE`, --tokenizer FILE).
@@ -86,10 +87,10 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
     raw_config = json.loads((source / CONFIG_FILE).read_text())
     weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
     if raw_config.get("type") == "pi05":
-        hints = _recorded_hints(source, reference)
+        hints = recorded_hints(source, reference)
         hints.update(overrides or {})
-        config = _config_from_lerobot(raw_config, weights, hints)
-        stats = _lerobot_stats(source, raw_config)
+        config = config_from_lerobot(raw_config, weights, hints)
+        stats = lerobot_stats(source, raw_config)
     else:
         config = Pi05Config.from_fixture_json(raw_config)
         stats = {}
@@ -149,7 +150,7 @@ def _check_reference(output: Path) -> None:
 
 # ---- LeRobot layout ------------------------------------------------------------------------
 
-def _recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
+def recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
     """What a reference-case description (cases.json) beside the checkpoint or in the reference
     folder records and the checkpoint lacks: head counts ("model_dims") and the state's joint
     names ("state_names")."""
@@ -198,7 +199,7 @@ def _gemma_from_weights(weights, stack: str, variant_name: str, hints) -> GemmaC
                        num_kv_heads=kv_rows // head_dim, head_dim=head_dim)
 
 
-def _config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray], hints) -> Pi05Config:
+def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray], hints) -> Pi05Config:
     patch_features = weights["vision.patch.weight"].shape[1]
     patch = int(round((patch_features / 3) ** 0.5))
     tokens = weights["vision.position"].shape[0]
@@ -257,25 +258,32 @@ def _processor_state(source: Path, pipeline_file: str, step_name: str) -> tuple[
     return {}, {}
 
 
-def _quantiles(tensors: Mapping[str, np.ndarray], feature: str, mode: str, what: str) -> dict[str, np.ndarray]:
+# LeRobot's normalization modes -> the statistics each reads (sequence/normalize.py picks the mode
+# back from which of them a bundle stores)
+NORMALIZATION_STATS = {"QUANTILES": ("q01", "q99"), "MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max")}
+
+
+def _mode_stats(tensors: Mapping[str, np.ndarray], feature: str, mode: str, what: str) -> dict[str, np.ndarray]:
     if mode == "IDENTITY":
         return {}
-    if mode != "QUANTILES":
-        raise ValueError(f"{what} normalization {mode!r} is not supported (pi0.5 uses QUANTILES or IDENTITY)")
+    if mode not in NORMALIZATION_STATS:
+        raise ValueError(f"{what} normalization {mode!r} is not supported "
+                         f"(supported: IDENTITY, {', '.join(NORMALIZATION_STATS)})")
     try:
-        return {"q01": np.asarray(tensors[f"{feature}.q01"], np.float32).reshape(-1),
-                "q99": np.asarray(tensors[f"{feature}.q99"], np.float32).reshape(-1)}
+        return {stat: np.asarray(tensors[f"{feature}.{stat}"], np.float32).reshape(-1)
+                for stat in NORMALIZATION_STATS[mode]}
     except KeyError as error:
         raise ValueError(f"normalizer stats lack {error} for the {what}") from None
 
 
-def _lerobot_stats(source: Path, raw: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+def lerobot_stats(source: Path, raw: Mapping[str, Any],
+                   default_mode: str = "QUANTILES") -> dict[str, dict[str, np.ndarray]]:
     modes = raw.get("normalization_mapping", {})
     stats = {}
     _, pre = _processor_state(source, "policy_preprocessor.json", "normalizer_processor")
     _, post = _processor_state(source, "policy_postprocessor.json", "unnormalizer_processor")
-    state = _quantiles(pre, "observation.state", modes.get("STATE", "QUANTILES"), "state") if pre else {}
-    action = _quantiles(post, "action", modes.get("ACTION", "QUANTILES"), "action") if post else {}
+    state = _mode_stats(pre, "observation.state", modes.get("STATE", default_mode), "state") if pre else {}
+    action = _mode_stats(post, "action", modes.get("ACTION", default_mode), "action") if post else {}
     if state:
         stats["state"] = state
     if action:

@@ -2,13 +2,11 @@
 
     image_tokens(images, camera_mask)                   SigLIP + projector, present cameras only
     build_prefix(image_tokens, camera_mask, tokens, token_mask)  -> PrefixCache (one LM pass)
-    sample_actions(cache, noise, guide)                 Euler solve, every step reads the cache
-                                                        (guide: real-time chunking, heads/rtc.py)
+    sample_actions(cache, noise, guidance)              Euler solve, every step reads the cache
+                                                        (guidance: real-time chunking, heads/rtc.py)
 
-Two prefix forms give the same actions: the compacted one (default) drops every padding row
-(missing cameras, padding tokens) before the LM runs, so no work is spent on rows nobody reads;
-the masked one runs every row with the bidirectional pad mask, exactly as the reference does, and
-serves as the test oracle (`compact=False`).
+The prefix (perception and the LM pass) is PaliGemma's, shared with pi0 (backbone/paligemma.py);
+pi0.5's own part is the adaRMS action expert conditioned on the flow time.
 """
 
 from __future__ import annotations
@@ -17,60 +15,20 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from embodied_ros.backbone import gemma, siglip
-from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
-from embodied_ros.heads import action_expert, flow, rtc
-from embodied_ros.kernels import KernelSet, reuse_freed_memory
-from embodied_ros.kernels.linear import pack_for_products
-from embodied_ros.kernels.quant import QuantTensor
+from embodied_ros.backbone.paligemma import PaliGemmaPrefix
+from embodied_ros.backbone.prefix_cache import PrefixCache
+from embodied_ros.heads import adarms_expert, flow, rtc
 from embodied_ros.kernels.rope import rope_tables
 from embodied_ros.models.pi05.config import Pi05Config
 from embodied_ros.models.pi05.weights import check_weights, is_linear_weight
-from embodied_ros.sequence import prefix as layout
 
 
-def prepare_weights(weights: Mapping[str, Any], pack: bool = False) -> dict[str, Any]:
-    """Weights as the math reads them: float32 C-contiguous arrays (memory-mapped float32 arrays
-    are kept as they are, no copy), quantized linear weights and embeddings as QuantTensors; a
-    quantized tensor that is not read by a matrix product (e.g. a position table) is expanded.
-    With `pack`, float32 matrices are copied once into the layout the CPU product reads
-    (`pack_for_products`: 2-3x faster products at the expert's 50 rows than packing per call)."""
-    prepared = {}
-    for name, weight in weights.items():
-        if isinstance(weight, QuantTensor):
-            keep = is_linear_weight(name) or name == "lm.token_embd"
-            prepared[name] = weight if keep else weight.dequantize()
-        else:
-            prepared[name] = np.ascontiguousarray(weight, dtype=np.float32)
-            if pack and is_linear_weight(name):
-                prepared[name] = pack_for_products(prepared[name])
-    return prepared
-
-
-def take_rows(table: Any, ids: np.ndarray) -> np.ndarray:
-    """Embedding lookup on a float array or a quantized table: [vocab, D], [n] -> [n, D] float32."""
-    if isinstance(table, QuantTensor):
-        return table.take_rows(ids)
-    return np.asarray(table[ids], dtype=np.float32)
-
-
-def _layers(weights: Mapping[str, Any], stack: str, depth: int) -> list[dict[str, Any]]:
-    return [{name[len(f"{stack}.blk.{i}."):]: weight for name, weight in weights.items()
-             if name.startswith(f"{stack}.blk.{i}.")} for i in range(depth)]
-
-
-class Pi05Model:
+class Pi05Model(PaliGemmaPrefix):
     def __init__(self, config: Pi05Config, weights: Mapping[str, Any], backend: str = "numba") -> None:
         check_weights(weights, config)
-        self.config = config
-        self.ks = KernelSet(backend)
-        reuse_freed_memory()  # each step reuses the previous step's array memory (kernels/_allocator.py)
-        self.weights = prepare_weights(weights, pack=backend == "numba")
-        self.vision_layers = _layers(self.weights, "vision", config.vision.depth)
-        self.lm_layers = [gemma.with_kv_rows(config.lm, w) for w in _layers(self.weights, "lm", config.lm.depth)]
-        self.expert_layers = _layers(self.weights, "expert", config.expert.depth)
+        super().__init__(config, weights, backend, is_linear_weight)
         self.step_conditioning = tuple(
-            action_expert.step_conditioning(self.ks, self.weights, self.expert_layers, t,
+            adarms_expert.step_conditioning(self.ks, self.weights, self.expert_layers, t,
                                             config.time_min_period, config.time_max_period)
             for t in flow.euler_times(config.num_inference_steps))
 
@@ -79,59 +37,7 @@ class Pi05Model:
         cache) each kernel for the argument types the model really passes before the first
         observation arrives: layouts and read-only weights make types, not just shapes."""
         cfg = self.config
-        images = np.zeros((len(cfg.camera_names), 3, cfg.vision.image_size, cfg.vision.image_size), np.float32)
-        camera_mask = np.arange(len(cfg.camera_names)) == 0
-        cache = self.build_prefix(self.image_tokens(images, camera_mask), camera_mask, np.zeros(2, np.int64),
-                                  np.array([True, False]))
-        self.sample_actions(cache, np.zeros((cfg.chunk_size, cfg.max_action_dim), np.float32))
-
-    # ---- perception ------------------------------------------------------------------------
-
-    def image_tokens(self, images: np.ndarray, camera_mask: np.ndarray | None = None) -> np.ndarray:
-        """[N, 3, S, S] in [-1, 1] -> [N, T, LM width]; cameras masked False are skipped (zeros)."""
-        cfg = self.config.vision
-        camera_mask = np.ones(images.shape[0], bool) if camera_mask is None else np.asarray(camera_mask, bool)
-        out = np.zeros((images.shape[0], cfg.tokens_per_camera, self.config.lm.width), np.float32)
-        if camera_mask.any():
-            out[camera_mask] = siglip.image_tokens(self.ks, cfg, self.weights, self.vision_layers, images[camera_mask])
-        return out
-
-    # ---- prefix ----------------------------------------------------------------------------
-
-    def prefix_embeddings(self, image_tokens: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """[N, T, D] image tokens, [L] token ids -> [N*T + L, D] prefix (language scaled by sqrt(D))."""
-        ids = np.asarray(tokens, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
-            raise ValueError(f"token ids must lie in 0..{self.config.vocab_size - 1}, got {ids.min()}..{ids.max()}")
-        language = take_rows(self.weights["lm.token_embd"], ids) * np.float32(self.config.embed_scale)
-        return np.concatenate([image_tokens.reshape(-1, image_tokens.shape[-1]), language])
-
-    def build_prefix(self, image_tokens: np.ndarray, camera_mask: np.ndarray, tokens: np.ndarray,
-                     token_mask: np.ndarray, stamp_ns: int = 0, compact: bool = True) -> PrefixCache:
-        return self.prefix_pass(image_tokens, camera_mask, tokens, token_mask, stamp_ns, compact)[0]
-
-    def prefix_pass(self, image_tokens: np.ndarray, camera_mask: np.ndarray, tokens: np.ndarray,
-                    token_mask: np.ndarray, stamp_ns: int = 0, compact: bool = True,
-                    full_lm: bool = False) -> tuple[PrefixCache, np.ndarray]:
-        """The one LM pass of an observation -> (sealed cache, LM hidden states).
-
-        With `full_lm` every LM layer runs to its end, the cache holds every layer and the hidden
-        states are the last layer's output (the reference's pre-final-norm tap); otherwise only
-        the layers the expert reads run, the last of them only up to its K/V.
-        """
-        lm = self.config.lm
-        x = self.prefix_embeddings(image_tokens, tokens)
-        pad = layout.prefix_pad_mask(camera_mask, self.config.vision.tokens_per_camera, token_mask)
-        if pad.shape[0] != x.shape[0]:
-            raise ValueError(f"prefix has {x.shape[0]} rows but its masks describe {pad.shape[0]}")
-        if compact:
-            x, pad = x[pad], pad[pad]
-        positions = layout.position_ids(pad)
-        layers = self.lm_layers if full_lm else self.lm_layers[: self.config.expert.depth]
-        builder = PrefixCacheBuilder.allocate(len(layers), x.shape[0], lm.num_kv_heads, lm.head_dim)
-        hidden = gemma.prefix_pass(self.ks, lm, layers, x, rope_tables(positions, lm.head_dim, lm.rope_theta),
-                                   layout.attention_bias(pad), builder, full_last_layer=full_lm)
-        return builder.seal(pad, stamp_ns), hidden
+        self.sample_actions(self.warm_up_prefix(), np.zeros((cfg.chunk_size, cfg.max_action_dim), np.float32))
 
     # ---- actions ---------------------------------------------------------------------------
 
@@ -143,17 +49,12 @@ class Pi05Model:
     def velocity(self, cache: PrefixCache, x_t: np.ndarray, step: int,
                  rope: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         rope = self.suffix_rope(cache) if rope is None else rope
-        return action_expert.velocity(self.ks, self.config.expert, self.weights, self.expert_layers, cache, x_t,
+        return adarms_expert.velocity(self.ks, self.config.expert, self.weights, self.expert_layers, cache, x_t,
                                       self.step_conditioning[step], rope)
 
-    def sample_actions(self, cache: PrefixCache, noise: np.ndarray, guide: rtc.Guidance | None = None) -> np.ndarray:
+    def sample_actions(self, cache: PrefixCache, noise: np.ndarray, guidance: rtc.Guidance | None = None) -> np.ndarray:
         """noise x(t=1) [C, A] -> x(t=0) [C, A] (model space, padded action width)."""
-        expected = (self.config.chunk_size, self.config.max_action_dim)
-        noise = np.asarray(noise, dtype=np.float32)
-        if noise.shape != expected:
-            raise ValueError(f"noise must have shape {expected} (chunk, max_action_dim), got {noise.shape}")
-        if cache.num_layers < self.config.expert.depth:
-            raise ValueError(f"prefix cache has {cache.num_layers} layers, the expert reads {self.config.expert.depth}")
+        noise = self.checked_noise(noise, cache)
         rope = self.suffix_rope(cache)
         return flow.euler_solve(lambda x, step: self.velocity(cache, x, step, rope), noise,
-                                self.config.num_inference_steps, guide)
+                                self.config.num_inference_steps, guidance=guidance)

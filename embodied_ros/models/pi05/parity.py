@@ -59,7 +59,7 @@ def tolerance_for(stored_types: set[str] | list[str]) -> float:
     return TOLERANCES[weakest]
 
 
-def _case_count(cases: np.lib.npyio.NpzFile) -> int:
+def case_count(cases: np.lib.npyio.NpzFile) -> int:
     return len({name.split("_")[0] for name in cases.files if name.startswith("case") and name.endswith("_noise")})
 
 
@@ -109,18 +109,18 @@ def model_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResult]
     recorded = json.loads((Path(folder) / "config.json").read_text()).get("cases", [])
     outputs: dict[int, np.ndarray] = {}
     with np.load(Path(folder) / CASES_FILE) as cases:
-        for k in range(_case_count(cases)):
+        for k in range(case_count(cases)):
             images = cases[f"case{k}_images"] * np.float32(2.0) - np.float32(1.0)
             camera_mask = cases[f"case{k}_image_masks"]
             tokens = model.image_tokens(images, camera_mask)
             cache = model.build_prefix(tokens, camera_mask, cases[f"case{k}_tokens"], cases[f"case{k}_token_mask"])
             expected, noise = cases[f"case{k}_actions"], cases[f"case{k}_noise"]
             case = recorded[k] if k < len(recorded) and isinstance(recorded[k], dict) else {}
-            guide = None
+            guidance = None
             if "rtc_config" in case:
-                guide = rtc.chunk_guidance(rtc_case_settings(case), rtc_case_leftover(case, cases, k, outputs),
-                                           int(case["inference_delay"]), noise.shape, model.config.num_inference_steps)
-            actions = model.sample_actions(cache, noise, guide)[:, : expected.shape[1]]
+                guidance = rtc.chunk_guidance(rtc_case_settings(case), rtc_case_leftover(case, cases, k, outputs),
+                                              int(case["inference_delay"]), noise.shape, model.config.num_inference_steps)
+            actions = model.sample_actions(cache, noise, guidance)[:, : expected.shape[1]]
             outputs[k] = actions
             error, detail = float(np.abs(actions - expected).max()), ""
             if case.get("expect") == "plain":
@@ -140,7 +140,7 @@ def pipeline_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResu
     folder = Path(folder)
     recorded = json.loads((folder / "cases.json").read_text())["cases"]
     with np.load(folder / CASES_FILE) as cases:
-        for k in range(_case_count(cases)):
+        for k in range(case_count(cases)):
             observation = pipeline_observation(cases, [c["task"] for c in recorded], k, runtime.spec.camera_names)
             prompt, _ = runtime.prompt(observation)
             tokens, _ = runtime.tokenizer.encode(prompt)
@@ -200,7 +200,7 @@ def reference_record(folder: Path, tolerance: float):
         if any(name.endswith("_prev_chunk_left_over") for name in cases.files):
             raise ValueError(f"{folder}: a real-time chunking record cannot be a bundle's reference record "
                              "(its actions depend on a leftover chunk); use a plain record")
-        for k in range(_case_count(cases)):
+        for k in range(case_count(cases)):
             noise[f"case{k}"] = cases[f"case{k}_noise"]
             expected[f"case{k}"] = cases[f"case{k}_actions"]
             wanted = ("images", "image_masks", "tokens", "token_mask") if kind == "model" else ("state_raw",)

@@ -22,17 +22,28 @@ from embodied_ros.backbone.prefix_cache import PrefixCache
 from embodied_ros.heads import rtc
 from embodied_ros.models.pi05.config import Pi05Config
 from embodied_ros.models.pi05.model import Pi05Model
+from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import ModelSpec
 from embodied_ros.pipeline.types import ActionChunkResult, ChunkContinuation, Observation, StageResult
-from embodied_ros.sequence import prompt as prompts
+from embodied_ros.models.pi05 import prompt as prompts
 from embodied_ros.sequence.images import model_image
-from embodied_ros.sequence.normalize import QuantileStats
+from embodied_ros.sequence.normalize import Normalizer, normalizer_of
 from embodied_ros.sequence.tokenizer import PromptTokenizer
+
+
+def model_spec(config: Pi05Config, architecture: str = "pi05") -> ModelSpec:
+    """The stage contract's spec; real-time chunking only where the runtime's `act` takes a continuation."""
+    size = config.vision.image_size
+    return ModelSpec(
+        architecture=architecture, camera_names=config.camera_names, image_size=(size, size),
+        state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
+        action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
+        world_noise_shape=None, has_world_model=False, real_time_chunking=architecture == "pi05")
 
 
 class Pi05Runtime:
     def __init__(self, model: Pi05Model, tokenizer: PromptTokenizer | None = None,
-                 state_stats: QuantileStats | None = None, action_stats: QuantileStats | None = None) -> None:
+                 state_stats: Normalizer | None = None, action_stats: Normalizer | None = None) -> None:
         config = model.config
         for stats, dim, what in ((state_stats, config.state_dim, "state"), (action_stats, config.action_dim, "action")):
             if stats is not None and stats.dim != dim:
@@ -42,13 +53,10 @@ class Pi05Runtime:
         self.tokenizer = tokenizer
         self.state_stats = state_stats
         self.action_stats = action_stats
-        self.noise_rng = np.random.default_rng(config.noise_seed)
-        size = config.vision.image_size
-        self.spec = ModelSpec(
-            architecture="pi05", camera_names=config.camera_names, image_size=(size, size),
-            state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
-            action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
-            world_noise_shape=None, has_world_model=False, real_time_chunking=True)
+        self.spec = model_spec(config)
+
+    def warm_up(self) -> None:
+        self.model.warm_up()
 
     @classmethod
     def from_parts(cls, config: Pi05Config, weights: Mapping[str, Any], tokenizer_model: bytes | None = None,
@@ -56,9 +64,8 @@ class Pi05Runtime:
                    backend: str = "numba") -> "Pi05Runtime":
         stats = stats or {}
         tokenizer = None if tokenizer_model is None else PromptTokenizer(tokenizer_model, config.tokenizer_max_length)
-        state = QuantileStats(stats["state"]["q01"], stats["state"]["q99"]) if "state" in stats else None
-        action = QuantileStats(stats["action"]["q01"], stats["action"]["q99"]) if "action" in stats else None
-        return cls(Pi05Model(config, weights, backend), tokenizer, state, action)
+        return cls(Pi05Model(config, weights, backend), tokenizer, normalizer_of(stats.get("state")),
+                   normalizer_of(stats.get("action")))
 
     # ---- perception ------------------------------------------------------------------------
 
@@ -107,24 +114,24 @@ class Pi05Runtime:
 
     # ---- actions ---------------------------------------------------------------------------
 
-    def draw_noise(self) -> np.ndarray:
-        return self.noise_rng.standard_normal(self.spec.noise_shape, dtype=np.float32)
+    def draw_noise(self, stamp_ns: int) -> np.ndarray:
+        return stage_noise(self.config.noise_seed, "action", stamp_ns, self.spec.noise_shape)
 
     def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
             continuation: ChunkContinuation | None = None) -> ActionChunkResult:
         if prefix.stage != "prefix":
             raise ValueError(f"act needs the prefix stage's result, got stage {prefix.stage!r}")
         cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
-        noise = self.draw_noise() if noise is None else noise
+        noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
         raw_state = prefix.tensors.get("state")
-        guide = None
+        guidance = None
         if continuation is not None:
             leftover = continuation.leftover
             if leftover is not None:
                 leftover = self.to_model(leftover, raw_state)
-            guide = rtc.chunk_guidance(continuation.settings, leftover, continuation.delay_rows,
-                                       self.spec.noise_shape, self.config.num_inference_steps)
-        actions = self.model.sample_actions(cache, noise, guide)[:, : self.config.action_dim]
+            guidance = rtc.chunk_guidance(continuation.settings, leftover, continuation.delay_rows,
+                                          self.spec.noise_shape, self.config.num_inference_steps)
+        actions = self.model.sample_actions(cache, noise, guidance)[:, : self.config.action_dim]
         actions = self.to_physical(actions, raw_state)
         return ActionChunkResult(prefix.stamp_ns, actions, self.config.action_period_s, self.config.action_names)
 
@@ -155,20 +162,24 @@ class Pi05Runtime:
         return actions.astype(np.float32)
 
 
-def load_runtime(bundle, backend: str = "numba", warm_up: bool = True) -> Pi05Runtime:
-    """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped.
-
-    With `warm_up` (the default) every kernel is compiled before this returns, so that no
-    compilation happens inside a control step (see Pi05Model.warm_up).
-    """
+def config_of(bundle, config_type=Pi05Config):
+    """The model config from a bundle's metadata alone (no weights read)."""
     robot = bundle.robot
     if robot is None:
-        raise ValueError(f"{bundle.path}: pi05 bundle lacks robot metadata (state/action names, action period)")
-    config = Pi05Config.from_bundle_sections(
+        raise ValueError(f"{bundle.path}: {bundle.architecture} bundle lacks robot metadata "
+                         "(state/action names, action period)")
+    return config_type.from_bundle_sections(
         bundle.config, bundle.solver,
         {"state_names": robot.state_names, "action_names": robot.action_names,
          "action_period_s": robot.action_period_s})
-    runtime = Pi05Runtime.from_parts(config, bundle.weights(), bundle.tokenizer_model, bundle.stats, backend)
-    if warm_up:
-        runtime.model.warm_up()
-    return runtime
+
+
+def spec_of(bundle) -> ModelSpec:
+    return model_spec(config_of(bundle))
+
+
+def load_runtime(bundle, backend: str = "numba") -> Pi05Runtime:
+    """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped.
+    Kernels compile at `warm_up()` (see Pi05Model.warm_up) or else at first use."""
+    return Pi05Runtime.from_parts(config_of(bundle), bundle.weights(), bundle.tokenizer_model, bundle.stats,
+                                  backend)

@@ -33,24 +33,27 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from embodied_ros.backbone import gemma, siglip
 from embodied_ros.models.pi05.config import Pi05Config
 
 _PALIGEMMA = r"model\.paligemma_with_expert\.paligemma\."
 _VISION = _PALIGEMMA + r"model\.vision_tower\.vision_model\."
 _LM = _PALIGEMMA + r"model\.language_model\."
-_EXPERT = r"model\.paligemma_with_expert\.gemma_expert\.model\."
+LEROBOT_EXPERT = r"model\.paligemma_with_expert\.gemma_expert\.model\."
 _LM_HEAD = "model.paligemma_with_expert.paligemma.lm_head.weight"
 
-_VISION_LAYER = {"layer_norm1": "ln1", "layer_norm2": "ln2", "self_attn.q_proj": "attn_q",
-                 "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.out_proj": "attn_out",
-                 "mlp.fc1": "fc1", "mlp.fc2": "fc2"}
-_GEMMA_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-                "self_attn.o_proj": "attn_out", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-                "mlp.down_proj": "ffn_down"}
-_NORMS = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+_VISION_LAYER = siglip.TRANSFORMERS_LAYER_NAMES
+_GEMMA_LAYER = gemma.TRANSFORMERS_LAYER_NAMES
+_NORMS = gemma.TRANSFORMERS_NORM_NAMES
 
 
-def _rules() -> list[tuple[re.Pattern, str | None]]:
+Rules = list[tuple[re.Pattern, str | None]]
+
+
+def paligemma_rules(expert_rules: list[tuple[str, str | None]]) -> Rules:
+    """LeRobot -> runtime name rules of the PaliGemma parts pi0 and pi0.5 share (SigLIP, projector,
+    the Gemma LM, the expert's linear layers, the unused lm_heads), plus a family's own
+    (`expert_rules`: (pattern, replacement) pairs, patterns unanchored)."""
     rules = [
         (_VISION + r"embeddings\.patch_embedding\.(weight|bias)", r"vision.patch.\1"),
         (_VISION + r"embeddings\.position_embedding\.weight", "vision.position"),
@@ -59,46 +62,53 @@ def _rules() -> list[tuple[re.Pattern, str | None]]:
         (_LM + r"embed_tokens\.weight", "lm.token_embd"),
         (_LM + r"norm\.weight", None),
         (re.escape(_LM_HEAD), None),
-        (_EXPERT.replace(r"\.model\.", r"\.") + r"lm_head\.weight", None),
-        (_EXPERT + r"norm\.dense\.(weight|bias)", r"expert.final_norm.\1"),
+        (LEROBOT_EXPERT.replace(r"\.model\.", r"\.") + r"lm_head\.weight", None),
         (r"model\.(action_in|action_out)_proj\.(weight|bias)", r"\1.\2"),
-        (r"model\.time_mlp_(in|out)\.(weight|bias)", r"time_\1.\2"),
     ]
     for theirs, ours in _VISION_LAYER.items():
         rules.append((_VISION + rf"encoder\.layers\.(\d+)\.{re.escape(theirs)}\.(weight|bias)",
                       rf"vision.blk.\1.{ours}.\2"))
     for theirs, ours in _GEMMA_LAYER.items():
         rules.append((_LM + rf"layers\.(\d+)\.{re.escape(theirs)}\.weight", rf"lm.blk.\1.{ours}.weight"))
-        rules.append((_EXPERT + rf"layers\.(\d+)\.{re.escape(theirs)}\.weight", rf"expert.blk.\1.{ours}.weight"))
+        rules.append((LEROBOT_EXPERT + rf"layers\.(\d+)\.{re.escape(theirs)}\.weight", rf"expert.blk.\1.{ours}.weight"))
     for theirs, ours in _NORMS.items():
         rules.append((_LM + rf"layers\.(\d+)\.{theirs}\.weight", rf"lm.blk.\1.{ours}.weight"))
-        rules.append((_EXPERT + rf"layers\.(\d+)\.{theirs}\.dense\.(weight|bias)", rf"expert.blk.\1.{ours}.\2"))
+    rules += expert_rules
     return [(re.compile(pattern + "$"), replacement) for pattern, replacement in rules]
 
 
-_RULES = _rules()
+def _pi05_rules() -> Rules:
+    own = [(LEROBOT_EXPERT + r"norm\.dense\.(weight|bias)", r"expert.final_norm.\1"),
+           (r"model\.time_mlp_(in|out)\.(weight|bias)", r"time_\1.\2")]
+    own += [(LEROBOT_EXPERT + rf"layers\.(\d+)\.{theirs}\.dense\.(weight|bias)", rf"expert.blk.\1.{ours}.\2")
+            for theirs, ours in _NORMS.items()]
+    return paligemma_rules(own)
 
 
-def runtime_name(lerobot_name: str) -> str | None:
+_RULES = _pi05_rules()
+
+
+def runtime_name(lerobot_name: str, rules: Rules = _RULES, family: str = "pi0.5") -> str | None:
     """Runtime name of a LeRobot pi0.5 parameter; None for tensors inference never reads.
 
     Raises ValueError for a name that is not part of pi0.5 (e.g. a checkpoint of another policy).
     """
-    for pattern, replacement in _RULES:
+    for pattern, replacement in rules:
         if pattern.match(lerobot_name):
             return None if replacement is None else pattern.sub(replacement, lerobot_name)
-    raise ValueError(f"{lerobot_name!r} is not a pi0.5 parameter (LeRobot PI05Policy naming)")
+    raise ValueError(f"{lerobot_name!r} is not a {family} parameter (LeRobot naming)")
 
 
-def rename_lerobot(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def rename_lerobot(state_dict: Mapping[str, Any], rules: Rules = _RULES,
+                   family: str = "pi0.5") -> dict[str, np.ndarray]:
     """LeRobot `PI05Policy.state_dict()` -> runtime prefixes with each projection on its own
     (`attn_q`, `attn_k`, `attn_v`, `ffn_gate`, `ffn_up`): the shapes dimensions are read from.
-    Dtypes are kept; the patch conv is flattened to a linear."""
+    Dtypes are kept; the patch conv is flattened to a linear. pi0 passes its own `rules`."""
     unknown = []
     renamed: dict[str, np.ndarray] = {}
     for name in state_dict:
         try:
-            ours = runtime_name(name)
+            ours = runtime_name(name, rules, family)
         except ValueError:
             unknown.append(name)
             continue
@@ -106,7 +116,7 @@ def rename_lerobot(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
             renamed[ours] = np.asarray(state_dict[name])
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise ValueError(f"checkpoint is not a LeRobot pi0.5 policy: unexpected tensors {shown}")
+        raise ValueError(f"checkpoint is not a LeRobot {family} policy: unexpected tensors {shown}")
     if "lm.token_embd" not in renamed and _LM_HEAD in state_dict:
         renamed["lm.token_embd"] = np.asarray(state_dict[_LM_HEAD])  # tied save: embeddings live in lm_head
     patch = renamed.get("vision.patch.weight")
@@ -140,60 +150,55 @@ def _natural_key(name: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in name.split("."))
 
 
-def expected_shapes(config: Pi05Config) -> dict[str, tuple[int, ...]]:
-    """Every runtime tensor and its shape for `config`: the bundle's tensor table."""
+def paligemma_shapes(config: Pi05Config) -> dict[str, tuple[int, ...]]:
+    """Shapes of the tensors pi0 and pi0.5 share: SigLIP, projector, the LM, the expert's linear
+    layers and LM norms, the action projections."""
     v, lm, ex = config.vision, config.lm, config.expert
     shapes: dict[str, tuple[int, ...]] = {
-        "vision.patch.weight": (v.width, v.patch_features), "vision.patch.bias": (v.width,),
-        "vision.position": (v.tokens_per_camera, v.width),
-        "vision.post_ln.weight": (v.width,), "vision.post_ln.bias": (v.width,),
+        **siglip.tensor_shapes(v, "vision"),
         "projector.weight": (lm.width, v.width), "projector.bias": (lm.width,),
         "lm.token_embd": (config.vocab_size, lm.width),
     }
-    for i in range(v.depth):
-        layer = {"ln1": (v.width,), "ln2": (v.width,), "attn_qkv": (3 * v.width, v.width),
-                 "attn_out": (v.width, v.width), "fc1": (v.mlp_dim, v.width), "fc2": (v.width, v.mlp_dim)}
-        for part, shape in layer.items():
-            if len(shape) == 2:
-                shapes[f"vision.blk.{i}.{part}.weight"], shapes[f"vision.blk.{i}.{part}.bias"] = shape, shape[:1]
-            else:
-                shapes[f"vision.blk.{i}.{part}.weight"] = shapes[f"vision.blk.{i}.{part}.bias"] = shape
     for stack, cfg in (("lm", lm), ("expert", ex)):
         for i in range(cfg.depth):
-            shapes.update({f"{stack}.blk.{i}.{part}.weight": shape
-                           for part, shape in _gemma_linear_shapes(cfg).items()})
-            for norm in ("attn_norm", "ffn_norm"):
-                if stack == "lm":
-                    shapes[f"lm.blk.{i}.{norm}.weight"] = (lm.width,)
-                else:
-                    shapes[f"expert.blk.{i}.{norm}.weight"] = (3 * ex.width, ex.width)
-                    shapes[f"expert.blk.{i}.{norm}.bias"] = (3 * ex.width,)
+            shapes.update({f"{stack}.blk.{i}.{part}.weight": shape for part, shape in gemma.linear_shapes(cfg).items()})
+    for i in range(lm.depth):
+        for norm in ("attn_norm", "ffn_norm"):
+            shapes[f"lm.blk.{i}.{norm}.weight"] = (lm.width,)
     shapes.update({
-        "expert.final_norm.weight": (3 * ex.width, ex.width), "expert.final_norm.bias": (3 * ex.width,),
         "action_in.weight": (ex.width, config.max_action_dim), "action_in.bias": (ex.width,),
         "action_out.weight": (config.max_action_dim, ex.width), "action_out.bias": (config.max_action_dim,),
+    })
+    return shapes
+
+
+def expected_shapes(config: Pi05Config) -> dict[str, tuple[int, ...]]:
+    """Every runtime tensor and its shape for `config`: the bundle's tensor table."""
+    ex = config.expert
+    shapes = paligemma_shapes(config)
+    for i in range(ex.depth):
+        for norm in ("attn_norm", "ffn_norm"):
+            shapes[f"expert.blk.{i}.{norm}.weight"] = (3 * ex.width, ex.width)
+            shapes[f"expert.blk.{i}.{norm}.bias"] = (3 * ex.width,)
+    shapes.update({
+        "expert.final_norm.weight": (3 * ex.width, ex.width), "expert.final_norm.bias": (3 * ex.width,),
         "time_in.weight": (ex.width, ex.width), "time_in.bias": (ex.width,),
         "time_out.weight": (ex.width, ex.width), "time_out.bias": (ex.width,),
     })
     return shapes
 
 
-def _gemma_linear_shapes(cfg) -> dict[str, tuple[int, int]]:
-    q_rows, kv_rows = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    return {"attn_qkv": (q_rows + 2 * kv_rows, cfg.width), "attn_out": (cfg.width, q_rows),
-            "ffn_gate_up": (2 * cfg.mlp_dim, cfg.width), "ffn_down": (cfg.width, cfg.mlp_dim)}
-
-
-def check_weights(weights: Mapping[str, Any], config: Pi05Config) -> None:
+def check_weights(weights: Mapping[str, Any], config: Pi05Config,
+                  expected: Mapping[str, tuple[int, ...]] | None = None, family: str = "pi05") -> None:
     """Every expected tensor present with its shape (ndarray or quantized tensor); else a ValueError."""
-    expected = expected_shapes(config)
+    expected = expected_shapes(config) if expected is None else expected
     missing = [name for name in expected if name not in weights]
     if missing:
-        raise ValueError(f"pi05 weights lack {len(missing)} tensors, e.g. {', '.join(missing[:4])}")
+        raise ValueError(f"{family} weights lack {len(missing)} tensors, e.g. {', '.join(missing[:4])}")
     wrong = [f"{name} {tuple(weights[name].shape)} (expected {shape})"
              for name, shape in expected.items() if tuple(weights[name].shape) != shape]
     if wrong:
-        raise ValueError(f"pi05 weights do not match the config: {'; '.join(wrong[:4])}")
+        raise ValueError(f"{family} weights do not match the config: {'; '.join(wrong[:4])}")
 
 
 def is_linear_weight(name: str) -> bool:

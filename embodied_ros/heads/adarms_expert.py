@@ -18,7 +18,6 @@ Velocity:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -26,9 +25,10 @@ import numpy as np
 
 from embodied_ros.backbone import gemma
 from embodied_ros.backbone.prefix_cache import PrefixCache
+from embodied_ros.heads.flow import silu, time_embedding
 
 if TYPE_CHECKING:
-    from embodied_ros.models.pi05.config import GemmaConfig
+    from embodied_ros.backbone.gemma import GemmaConfig
 
 Modulation = tuple[np.ndarray, np.ndarray, np.ndarray]  # scale [E], shift [E], gate [1, E]
 
@@ -43,18 +43,6 @@ class StepConditioning:
     final: Modulation  # final norm (its gate is unused)
 
 
-def time_embedding(t: float, width: int, min_period: float, max_period: float) -> np.ndarray:
-    """Sinusoidal embedding of a float32 time, computed in float64 and returned as [width] float32."""
-    fraction = np.linspace(0.0, 1.0, width // 2, dtype=np.float64)
-    period = min_period * (max_period / min_period) ** fraction
-    angles = (1.0 / period * 2.0 * math.pi) * np.float64(np.float32(t))
-    return np.concatenate([np.sin(angles), np.cos(angles)]).astype(np.float32)
-
-
-def _silu(x: np.ndarray) -> np.ndarray:
-    return x / (np.float32(1.0) + np.exp(-x))
-
-
 def modulation(ks, dense_weight: Any, dense_bias: np.ndarray, cond: np.ndarray) -> Modulation:
     """(scale, shift, gate) of one adaptive norm from the time conditioning cond [1, E]."""
     scale, shift, gate = np.split(ks.linear(cond, dense_weight, dense_bias)[0], 3)
@@ -66,8 +54,8 @@ def step_conditioning(ks, weights: Mapping[str, Any], layers: Sequence[Mapping[s
     """weights: runtime tensors (`time_*`, `expert.final_norm.*`); layers: expert layer tensors."""
     width = weights["time_in.weight"].shape[1]
     emb = time_embedding(t, width, min_period, max_period)[None, :]
-    hidden = _silu(ks.linear(emb, weights["time_in.weight"], weights["time_in.bias"]))
-    cond = _silu(ks.linear(hidden, weights["time_out.weight"], weights["time_out.bias"]))  # [1, E]
+    hidden = silu(ks.linear(emb, weights["time_in.weight"], weights["time_in.bias"]))
+    cond = silu(ks.linear(hidden, weights["time_out.weight"], weights["time_out.bias"]))  # [1, E]
     return StepConditioning(
         t=float(t),
         attn=tuple(modulation(ks, w["attn_norm.weight"], w["attn_norm.bias"], cond) for w in layers),

@@ -1,0 +1,103 @@
+"""pi0 checkpoint -> bundle.
+
+The two source layouts of pi0.5 (models/pi05/convert.py), in `PI0Policy` naming:
+
+reference record  config.json lists every dimension and the suffix layout (test/data/pi0_tiny);
+                  no normalization stats, no tokenizer.
+LeRobot save      `policy.save_pretrained` output: config.json is a `PI0Config` ("type": "pi0")
+                  without model sizes, plus policy_preprocessor*.json / policy_postprocessor*.json
+                  with their normalizer stats (pi0's default: MEAN_STD), and optionally
+                  `tokenizer.model` (or `--tokenizer FILE`).
+
+Dimensions come from tensor shapes and head counts from the same hints as pi0.5's (`--set`,
+a cases.json "model_dims" beside the checkpoint, or the Gemma variant names).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from safetensors.numpy import load_file
+
+from embodied_ros.models.pi0.config import ARCHITECTURE, Pi0Config
+from embodied_ros.models.pi0.weights import check_weights, rename_lerobot, tensor_group
+from embodied_ros.models.pi05 import convert as paligemma
+from embodied_ros.models.pi05.weights import stack_projections
+
+CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = paligemma.CONFIG_FILE, paligemma.WEIGHTS_FILE, paligemma.TOKENIZER_FILE
+OVERRIDE_KEYS = paligemma.OVERRIDE_KEYS
+
+
+def detect(source: Path) -> bool:
+    """True for a folder holding a pi0 checkpoint in either layout (file names and config only)."""
+    source = Path(source)
+    if not (source / CONFIG_FILE).is_file() or not (source / WEIGHTS_FILE).is_file():
+        return False
+    try:
+        config = json.loads((source / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return config.get("type") == "pi0" or ({"vision", "language_model", "expert", "suffix"} <= set(config))
+
+
+def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
+                    reference: Path | None = None) -> paligemma.Checkpoint:
+    source = Path(source)
+    unknown = sorted(set(overrides or {}) - OVERRIDE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown pi0 conversion setting(s) {unknown}; known: {sorted(OVERRIDE_KEYS)}")
+    if not detect(source):
+        raise ValueError(f"{source}: not a pi0 checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
+                         "of a LeRobot pi0 policy or a reference record)")
+    raw_config = json.loads((source / CONFIG_FILE).read_text())
+    weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
+    if raw_config.get("type") == "pi0":
+        hints = paligemma.recorded_hints(source, reference)
+        hints.update(overrides or {})
+        config = Pi0Config.from_dict(paligemma.config_from_lerobot(raw_config, weights, hints).to_dict())
+        stats = paligemma.lerobot_stats(source, raw_config, default_mode="MEAN_STD")
+    else:
+        config = Pi0Config.from_fixture_json(raw_config)
+        stats = {}
+    weights = stack_projections(weights)
+    check_weights(weights, config)
+    tokenizer_path = Path((overrides or {}).get("tokenizer") or source / TOKENIZER_FILE)
+    if (overrides or {}).get("tokenizer") and not tokenizer_path.is_file():
+        raise ValueError(f"tokenizer model {tokenizer_path} does not exist")
+    tokenizer = tokenizer_path.read_bytes() if tokenizer_path.is_file() else None
+    return paligemma.Checkpoint(config, weights, stats, tokenizer, str(source))
+
+
+def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path | None = None,
+            progress: bool = False, overrides: Mapping[str, Any] | None = None) -> None:
+    """Write the bundle of the checkpoint in `source` to `output` (arguments as pi0.5's convert);
+    a `reference` folder of recorded cases becomes the bundle's reference record, which the written
+    bundle must reproduce."""
+    from embodied_ros.bundle import BundleWriter, QuantPlan, RobotMetadata, open_bundle
+    from embodied_ros.models.pi0 import parity
+
+    checkpoint = read_checkpoint(source, overrides, reference)
+    plan = quant_plan if isinstance(quant_plan, QuantPlan) else QuantPlan.parse(quant_plan)
+    model, solver, robot = checkpoint.config.bundle_sections()
+    writer = BundleWriter(ARCHITECTURE, plan, group_of=tensor_group)
+    writer.set_config(model)
+    writer.set_solver(solver)
+    writer.set_robot(RobotMetadata(**robot))
+    writer.set_source(checkpoint.source)
+    writer.add_weights(checkpoint.weights)
+    if checkpoint.stats:
+        writer.set_stats(checkpoint.stats)
+    if checkpoint.tokenizer is not None:
+        writer.set_tokenizer(checkpoint.tokenizer)
+    if reference is not None:
+        stored_types = {qtype for _, _, qtype, _ in writer.plan_report()}
+        writer.set_reference(parity.reference_record(Path(reference), parity.tolerance_for(stored_types)))
+    writer.write(output, progress=progress)
+    if reference is not None:
+        error, tolerance = parity.verify_reference(open_bundle(output, architecture=ARCHITECTURE))
+        if not error <= tolerance:
+            Path(output).unlink(missing_ok=True)
+            raise ValueError(f"converted bundle misses its reference record: max abs action error {error:.3g} > "
+                             f"tolerance {tolerance:.3g}; bundle not written")

@@ -1,0 +1,24 @@
+"""The initial noise of the stochastic stages, reproducible from (seed, stage, index): the one
+noise source of the graph's nodes and of every runtime.
+
+The graph's nodes index by step (in lock-step mode the schedule step, so a replay gives the same
+noise every time and a test can hand the same noise to a direct `pipeline.stages.infer` call) with
+`stages.noise_seed`; a runtime called without noise draws the same way, indexed by the
+observation's stamp, with the bundle's seed. Each stage's stream is its row's `noise_stream` in
+the node table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from embodied_ros.node_infra.node_table import node_spec
+
+
+def stage_noise(seed: int, stage: str, step: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Standard normal noise of `stage` at `step`."""
+    stream = node_spec(stage).noise_stream
+    if stream is None:
+        raise ValueError(f"the {stage} node has no noise stream in the node table")
+    rng = np.random.default_rng([seed, stream, step])
+    return rng.standard_normal(shape).astype(np.float32)
