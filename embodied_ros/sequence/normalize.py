@@ -51,3 +51,38 @@ class QuantileStats:
     def denormalize(self, values: np.ndarray) -> np.ndarray:
         values = self._check(values, "action")
         return ((values + np.float32(1.0)) * (self.q99 - self.q01)) / np.float32(2.0) + self.q01
+
+
+@dataclass(frozen=True)
+class MeanStdStats:
+    """LeRobot MEAN_STD mode: n = (x - mean) / (std + eps); x = n * std + mean (float32)."""
+
+    mean: np.ndarray  # [dim] float32
+    std: np.ndarray  # [dim] float32
+    eps: float = DEFAULT_EPS
+
+    def __post_init__(self) -> None:
+        mean = np.asarray(self.mean, dtype=np.float32).reshape(-1)
+        std = np.asarray(self.std, dtype=np.float32).reshape(-1)
+        if mean.shape != std.shape:
+            raise ValueError(f"mean/std stats differ in size: mean {mean.shape}, std {std.shape}")
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(std))):
+            raise ValueError("mean/std stats contain non-finite values")
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "std", std)
+
+    @property
+    def dim(self) -> int:
+        return self.mean.size
+
+    def _check(self, values: np.ndarray, what: str) -> np.ndarray:
+        values = np.asarray(values, dtype=np.float32)
+        if values.shape[-1] != self.dim:
+            raise ValueError(f"{what} has {values.shape[-1]} values, the normalization stats have {self.dim}")
+        return values
+
+    def normalize(self, values: np.ndarray) -> np.ndarray:
+        return (self._check(values, "state") - self.mean) / (self.std + np.float32(self.eps))
+
+    def denormalize(self, values: np.ndarray) -> np.ndarray:
+        return self._check(values, "action") * self.std + self.mean
