@@ -197,7 +197,9 @@ def _config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarra
     expert = LlamaConfig(expert_width, _count(weights, "expert"), weights["expert.blk.0.ffn_gate.weight"].shape[0],
                          lm_heads, kv_rows // head_dim, head_dim, eps, ROPE_THETA)
     features = raw.get("input_features", {})
-    cameras = [camera_name(key) for key, f in features.items() if f.get("type") == "VISUAL"]
+    empty = {f"empty_camera_{i}" for i in range(int(raw.get("empty_cameras", 0)))}  # never given, always padding
+    cameras = [camera_name(key) for key, f in features.items() if f.get("type") == "VISUAL"
+               and camera_name(key) not in empty]
     state_dim = int(features.get("observation.state", {}).get("shape", [0])[0])
     action_dim = int(raw.get("output_features", {}).get("action", {}).get("shape", [0])[0])
     state_names = list(hints.get("state_names") or [])

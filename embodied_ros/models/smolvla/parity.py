@@ -22,6 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from embodied_ros.models.pi05.parity import TOLERANCES, CaseResult, tolerance_for
+from embodied_ros.models.smolvla.runtime import task_prompt
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
 
@@ -80,8 +81,9 @@ def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> It
             else:
                 observation = pipeline_observation(cases, tasks[k]["task"], k, runtime.spec.camera_names)
                 actions = infer(runtime, observation, cases[f"case{k}_noise"]).actions
-                tokens, _ = runtime.tokenizer.encode(tasks[k]["task"] + "\n")
-                detail = "" if np.array_equal(tokens, cases[f"case{k}_tokens"]) else "token ids differ"
+                tokens, mask = runtime.tokenizer.encode(task_prompt(tasks[k]["task"]))
+                recorded = cases[f"case{k}_tokens"][cases[f"case{k}_token_mask"]]
+                detail = "" if np.array_equal(tokens[mask], recorded) else "token ids differ"
             error = float(np.abs(actions - expected).max())
             yield CaseResult(f"case{k}", error if not detail else float("inf"), tolerance, detail)
 
