@@ -82,3 +82,26 @@ def test_quantized_bundle_records_its_own_tolerance(tmp_path):
     conversion.convert(TINY, path, "default=q8_0", reference=TINY)
     error, tolerance = verify_reference(open_bundle(path, architecture="smolvla"))
     assert tolerance == 1e-1 and error < tolerance
+
+
+def test_bad_inputs_get_one_line_errors(runtime):
+    from embodied_ros.models.smolvla.tokenizer import SmolVLATokenizer
+    from embodied_ros.pipeline.types import Observation
+
+    cases = np.load(RECORD / "cases.npz")
+    images = {"wrist": cases["case0_wrist_uint8"]}
+    with pytest.raises(ValueError, match="state has 3 values, the model expects 6"):
+        infer(runtime, Observation(0, images, np.zeros(3, np.float32), "open"), cases["case0_noise"])
+    with pytest.raises(ValueError, match="noise must have shape"):
+        infer(runtime, Observation(0, images, cases["case0_state_raw"], "open"), np.zeros((3, 3), np.float32))
+    with pytest.raises(ValueError, match="not a valid tokenizer.json"):
+        SmolVLATokenizer(b"{not json", 8)
+
+
+def test_expert_layers_pair_with_vlm_layers():
+    from embodied_ros.heads.interleaved_expert import CROSS, SELF, layer_plan
+
+    assert layer_plan(4, 4, 2) == [(SELF, 0), (CROSS, 1), (SELF, 2), (CROSS, 3)]
+    assert layer_plan(6, 3, 3) == [(SELF, 0), (CROSS, 2), (CROSS, 4)]  # every 2nd VLM layer has an expert layer
+    with pytest.raises(ValueError, match="cannot be paired"):
+        layer_plan(5, 2, 2)
