@@ -232,6 +232,15 @@ def part_full(args) -> tuple[str, str]:
     return "smolvla_full_size", body
 
 
+def load_note() -> str:
+    """A sentence when other processes competed for the cores during the run."""
+    load, cpus = os.getloadavg()[0], len(os.sched_getaffinity(0))
+    if load <= cpus:
+        return ""
+    return (f"\n\nLoad average {load:.1f} on {cpus} CPUs at the end of this run: other processes shared the cores, "
+            "so absolute times are inflated and vary run to run, and the ratio is less certain than on an idle machine.")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     set_threads(args.threads)
@@ -240,6 +249,7 @@ def main(argv=None) -> int:
     parts = {"small": part_small, "full": part_full}
     for part in args.parts.split(","):
         name, body = parts[part](args)
+        body += load_note()
         if args.no_write:
             print(f"## {name}\n\nMachine: {machine}\n\n{body}\n")
         else:
