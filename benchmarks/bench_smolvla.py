@@ -237,7 +237,7 @@ def load_note() -> str:
     load, cpus = os.getloadavg()[0], len(os.sched_getaffinity(0))
     if load <= cpus:
         return ""
-    return (f"\n\nLoad average {load:.1f} on {cpus} CPUs at the end of this run: other processes shared the cores, "
+    return (f"\n\nLoad average {load:.1f} on {cpus} CPUs when this section was written: other processes shared the cores, "
             "so absolute times are inflated and vary run to run, and the ratio is less certain than on an idle machine.")
 
 
