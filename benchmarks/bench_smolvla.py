@@ -195,7 +195,8 @@ def part_full(args) -> tuple[str, str]:
 
     config = full_size_config()
     bundle_path = args.workdir / "smolvla_full_size_q8_0.gguf"
-    if not bundle_path.is_file():
+    bundle_existed = bundle_path.is_file()
+    if not bundle_existed:
         write_random_bundle(config, bundle_path, "default=q8_0")
     rss_before = common.current_rss_mb()
     start = time.perf_counter()
@@ -225,20 +226,22 @@ def part_full(args) -> tuple[str, str]:
         "",
         common.markdown_table(rows),
         "",
-        f"Memory: peak RSS {common.peak_rss_mb():.0f} MiB ({rss_before:.0f} MiB before the runtime was loaded); "
+        f"Memory: peak RSS {common.peak_rss_mb():.0f} MiB ({rss_before:.0f} MiB before the runtime was loaded"
+        + ("" if bundle_existed else ", after writing the bundle in this process") + "); "
         f"load + warm-up {load_s:.1f} s.",
         "",
         "Runs (ms), total chunk: " + ", ".join(f"{run['total chunk']:.0f}" for run in runs) + "."])
     return "smolvla_full_size", body
 
 
-def load_note() -> str:
+def load_note(compared: bool) -> str:
     """A sentence when other processes competed for the cores during the run."""
     load, cpus = os.getloadavg()[0], len(os.sched_getaffinity(0))
     if load <= cpus:
         return ""
     return (f"\n\nLoad average {load:.1f} on {cpus} CPUs when this section was written: other processes shared the cores, "
-            "so absolute times are inflated and vary run to run, and the ratio is less certain than on an idle machine.")
+            "so absolute times are inflated and vary run to run"
+            + (", and the ratio is less certain than on an idle machine." if compared else "."))
 
 
 def main(argv=None) -> int:
@@ -249,7 +252,7 @@ def main(argv=None) -> int:
     parts = {"small": part_small, "full": part_full}
     for part in args.parts.split(","):
         name, body = parts[part](args)
-        body += load_note()
+        body += load_note(compared=part == "small")
         if args.no_write:
             print(f"## {name}\n\nMachine: {machine}\n\n{body}\n")
         else:
