@@ -11,6 +11,7 @@ from safetensors import safe_open
 EXTRA = Path(__file__).parent / "data" / "extra"
 PI05_SETS = ["pi05_one_cam_odd", "pi05_three_cam_missing", "pi05_fp16_two_cam", "pi05_gqa"]
 WAN_SETS = ["wan_block_dim96", "wan_block_dim48"]
+SMOLVLA_SETS = ["smolvla_three_cam_gqa"]
 MAX_SET_BYTES = 2 * 2**20
 
 PI05_CONFIG_KEYS = ["vision", "projector", "language_model", "expert", "chunk_size", "max_action_dim",
@@ -38,7 +39,7 @@ def load_set(name, weights_file):
 
 def test_every_set_and_spec_is_present_and_small():
     folders = sorted(p.name for p in EXTRA.iterdir() if p.is_dir() and p.name != "specs")
-    assert folders == sorted(PI05_SETS + WAN_SETS)
+    assert folders == sorted(PI05_SETS + WAN_SETS + SMOLVLA_SETS)
     specs = sorted(p.stem for p in (EXTRA / "specs").glob("*.json"))
     assert specs == folders
     for name in folders:
@@ -172,3 +173,22 @@ def test_wan_rotary_tables_follow_the_three_axis_rule(name):
     angles = np.repeat(angles, 2, axis=1)  # each angle drives one adjacent channel pair
     np.testing.assert_allclose(cases["case0_rotary_cos"][0, :, 0], np.cos(angles), atol=1e-6)
     np.testing.assert_allclose(cases["case0_rotary_sin"][0, :, 0], np.sin(angles), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", SMOLVLA_SETS)
+def test_smolvla_config_matches_its_spec(name):
+    config, cases, shapes, _ = load_set(name, "model.safetensors")
+    spec = json.loads((EXTRA / "specs" / f"{name}.json").read_text())
+    assert config["set"] == spec["name"] == name
+    text, vision = config["text_model"], config["vision"]
+    for field in ("width", "mlp_dim", "num_heads", "num_kv_heads", "head_dim"):
+        assert text[field] == spec["text"][field], field
+    assert config["num_vlm_layers"] == spec["num_vlm_layers"] < text["depth"]
+    kept = {int(k.split(".")[6]) for k in shapes if ".text_model.layers." in k}
+    assert kept == set(range(config["num_vlm_layers"]))  # the dropped layers are not in the file
+    assert config["connector"]["scale_factor"] == spec["scale_factor"] and vision["width"] == spec["vision"]["width"]
+    for k, case in enumerate(config["cases"]):
+        slots = len(case["model_image_slots"])
+        assert cases[f"case{k}_images"].shape == (slots, 3, spec["image_size"], spec["image_size"])
+        assert case["prefix_len"] == slots * config["connector"]["tokens_per_image"] + spec["tokenizer_max_length"] + 1
+    assert config["determinism"]["two_runs_bit_identical_all_cases"] is True
