@@ -130,7 +130,8 @@ def part_small(args) -> tuple[str, str]:
         f"{config['num_steps']} Euler steps), case 0, F32 bundle, {args.threads} threads. {args.rounds} rounds of "
         f"{args.repeats} runs per side, alternating; PyTorch is LeRobot's SmolVLAPolicy.predict_action_chunk, "
         "eager float32, in its own process (vision = its embed_prefix, which also embeds the language tokens; "
-        "prefix = the VLM pass that fills the KV cache; solver = the 10 denoise steps)." + common.runtime_products_note(),
+        "prefix = the VLM pass that fills the KV cache; solver = the 10 denoise steps)."
+        + common.runtime_products_note(),
         "",
         common.markdown_table(rows),
         "",
@@ -206,7 +207,8 @@ def part_full(args) -> tuple[str, str]:
     rng = np.random.default_rng(1)
     size = config.vision.image_size
     inputs = (rng.uniform(-1, 1, (3, 3, size, size)).astype(np.float32), np.ones(3, bool),
-              rng.integers(0, config.vocab_size, config.tokenizer_max_length), np.ones(config.tokenizer_max_length, bool),
+              rng.integers(0, config.vocab_size, config.tokenizer_max_length),
+              np.ones(config.tokenizer_max_length, bool),
               rng.standard_normal(config.state_dim).astype(np.float32),
               rng.standard_normal((config.chunk_size, config.max_action_dim)).astype(np.float32))
     time_chunk(model, *inputs)
@@ -239,7 +241,8 @@ def load_note(compared: bool) -> str:
     load, cpus = os.getloadavg()[0], len(os.sched_getaffinity(0))
     if load <= cpus:
         return ""
-    return (f"\n\nLoad average {load:.1f} on {cpus} CPUs when this section was written: other processes shared the cores, "
+    return (f"\n\nLoad average {load:.1f} on {cpus} CPUs when this section was written: "
+            "other processes shared the cores, "
             "so absolute times are inflated and vary run to run"
             + (", and the ratio is less certain than on an idle machine." if compared else "."))
 

@@ -117,7 +117,8 @@ from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
 
 def signatures():
-    return {f"{m}.{n}": len(o.signatures) for m, mod in list(sys.modules.items()) if m.startswith("embodied_ros.kernels")
+    return {f"{m}.{n}": len(o.signatures) for m, mod in list(sys.modules.items())
+            if m.startswith("embodied_ros.kernels")
             for n, o in vars(mod).items() if isinstance(o, Dispatcher)}
 
 runtime = load_runtime(open_bundle(sys.argv[1]))

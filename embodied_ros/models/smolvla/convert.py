@@ -177,7 +177,8 @@ def _config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarra
             raise ValueError(f"{key} cannot be read from the weights and the config's VLM "
                              f"{raw.get('vlm_model_name')!r} does not have these widths; pass it as an override, "
                              f"e.g. {key}=N")
-    vision = SmolVLMVisionConfig(image_size=side * patch, patch_size=patch, width=width, depth=_count(weights, "vision"),
+    vision = SmolVLMVisionConfig(image_size=side * patch, patch_size=patch, width=width,
+                                 depth=_count(weights, "vision"),
                                  mlp_dim=weights["vision.blk.0.fc1.weight"].shape[0], num_heads=vision_heads,
                                  scale_factor=int(round((connector_in / width) ** 0.5)))
     resize = raw.get("resize_imgs_with_padding")

@@ -41,7 +41,8 @@ def record_kind(folder: Path) -> str | None:
     folder = Path(folder)
     if not (folder / CASES_FILE).is_file():
         return None
-    if (folder / CHECKPOINT_FOLDER).is_dir() and detect(folder / CHECKPOINT_FOLDER) and (folder / "cases.json").is_file():
+    checkpoint = folder / CHECKPOINT_FOLDER
+    if checkpoint.is_dir() and detect(checkpoint) and (folder / "cases.json").is_file():
         return "pipeline"
     if detect(folder):
         return "model"
