@@ -121,3 +121,12 @@ def test_pixel_shuffle_channel_order():
 def test_checkpoint_of_another_policy_is_refused_by_name():
     with pytest.raises(ValueError, match="not a SmolVLA parameter"):
         smolvla_weights.runtime_name("model.paligemma_with_expert.paligemma.lm_head.weight")
+
+
+def test_parity_command_on_both_record_layouts(capsys):
+    from embodied_ros.cli.main import main
+
+    for folder in (TINY, DATA / "smolvla_tiny_checkpoint"):
+        assert main(["parity", str(folder)]) == 0
+        out = capsys.readouterr().out
+        assert "within tolerance 0.0001 (f32)" in out and float(out.split("max_abs_err=")[-1]) < 1e-4
