@@ -143,3 +143,15 @@ def test_nothing_compiles_after_warm_up(bundle):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {}
+
+
+def test_aloha_space_conversion_is_refused(tmp_path):
+    source = tmp_path / "checkpoint"
+    source.mkdir()
+    for item in (RECORD / "checkpoint").iterdir():
+        if item.name != "config.json":
+            (source / item.name).symlink_to(item)
+    config = json.loads((RECORD / "checkpoint" / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**config, "adapt_to_pi_aloha": True}))
+    with pytest.raises(ValueError, match="adapt_to_pi_aloha"):
+        conversion.read_checkpoint(source)

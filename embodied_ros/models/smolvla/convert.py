@@ -165,6 +165,9 @@ def _hint(hints: Mapping[str, Any], variant: Mapping[str, Any] | None, part: str
 
 
 def _config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray], hints) -> SmolVLAConfig:
+    if raw.get("adapt_to_pi_aloha") or raw.get("use_delta_joint_actions_aloha"):
+        raise ValueError("the checkpoint converts ALOHA joint/gripper spaces (adapt_to_pi_aloha); this runtime "
+                         "does not, so its actions would differ")
     variant = _VLM_VARIANTS.get(raw.get("vlm_model_name", ""))
     width, patch_features = weights["vision.patch.weight"].shape
     patch = int(round((patch_features / 3) ** 0.5))
