@@ -13,6 +13,7 @@ PI05_SETS = ["pi05_one_cam_odd", "pi05_three_cam_missing", "pi05_fp16_two_cam", 
 PI0_SETS = ["pi0_three_cam_gqa"]  # pi0.5's files and arrays plus the state (pi0's own tests read them)
 WAN_SETS = ["wan_block_dim96", "wan_block_dim48"]
 RTC_SETS = ["pi05_rtc_aside"]  # real-time chunking (docs/reference.md)
+SMOLVLA_SETS = ["smolvla_three_cam_gqa"]
 MAX_SET_BYTES = 2 * 2**20
 
 PI05_CONFIG_KEYS = ["vision", "projector", "language_model", "expert", "chunk_size", "max_action_dim",
@@ -40,7 +41,7 @@ def load_set(name, weights_file):
 
 def test_every_set_and_spec_is_present_and_small():
     folders = sorted(p.name for p in EXTRA.iterdir() if p.is_dir() and p.name != "specs")
-    assert folders == sorted(PI05_SETS + PI0_SETS + WAN_SETS + RTC_SETS)
+    assert folders == sorted(PI05_SETS + PI0_SETS + WAN_SETS + RTC_SETS + SMOLVLA_SETS)
     specs = sorted(p.stem for p in (EXTRA / "specs").glob("*.json"))
     assert specs == folders
     for name in folders:
@@ -195,3 +196,22 @@ def test_rtc_set_matches_its_spec_and_its_arrays_their_cases(name):
             assert list(cases[f"case{k}_prev_chunk_left_over"].shape) == leftover["shape"]
         if case["expect"] == "plain":
             np.testing.assert_array_equal(cases[f"case{k}_actions"], cases[f"case{k}_actions_plain"])
+
+
+@pytest.mark.parametrize("name", SMOLVLA_SETS)
+def test_smolvla_config_matches_its_spec(name):
+    config, cases, shapes, _ = load_set(name, "model.safetensors")
+    spec = json.loads((EXTRA / "specs" / f"{name}.json").read_text())
+    assert config["set"] == spec["name"] == name
+    text, vision = config["text_model"], config["vision"]
+    for field in ("width", "mlp_dim", "num_heads", "num_kv_heads", "head_dim"):
+        assert text[field] == spec["text"][field], field
+    assert config["num_vlm_layers"] == spec["num_vlm_layers"] < text["depth"]
+    kept = {int(k.split(".")[6]) for k in shapes if ".text_model.layers." in k}
+    assert kept == set(range(config["num_vlm_layers"]))  # the dropped layers are not in the file
+    assert config["connector"]["scale_factor"] == spec["scale_factor"] and vision["width"] == spec["vision"]["width"]
+    for k, case in enumerate(config["cases"]):
+        slots = len(case["model_image_slots"])
+        assert cases[f"case{k}_images"].shape == (slots, 3, spec["image_size"], spec["image_size"])
+        assert case["prefix_len"] == slots * config["connector"]["tokens_per_image"] + spec["tokenizer_max_length"] + 1
+    assert config["determinism"]["two_runs_bit_identical_all_cases"] is True

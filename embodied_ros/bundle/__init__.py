@@ -44,7 +44,7 @@ A GGUF v3 file, little-endian, default 32-byte alignment. Metadata keys:
   embodied_ros.robot.state_names  [str]  joint order of the state vector          (optional, together)
   embodied_ros.robot.action_names [str]  columns of an action chunk
   embodied_ros.robot.action_period_s f64 time between consecutive actions
-  embodied_ros.tokenizer.kind     str    "sentencepiece" when a tokenizer is present
+  embodied_ros.tokenizer.kind     str    "sentencepiece" or "huggingface-json" when a tokenizer is present
   embodied_ros.reference.tolerance f64   present iff the bundle has a reference record
   embodied_ros.reference.field.<name> str     the record's string fields (e.g. task text)
   embodied_ros.reference.dtype.<kind>.<name> str  original dtype of each reference array

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="a setting the checkpoint does not carry, e.g. vision.num_heads=16, "
                               "action_period_s=0.05, state_names=[shoulder,elbow] (repeatable; values are YAML)")
     convert.add_argument("--tokenizer", type=Path, metavar="FILE",
-                         help="SentencePiece model to carry in the bundle when the checkpoint only names one")
+                         help="tokenizer file to carry in the bundle when the checkpoint only names one (pi0.5: SentencePiece .model; SmolVLA: tokenizer.json)")
     convert.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     inspect = actions.add_parser("inspect", help="print a summary of a bundle")

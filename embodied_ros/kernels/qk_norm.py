@@ -3,7 +3,8 @@
     out = x * rsqrt(mean(x^2) + eps) * weight     (mean over all D = H*Dh channels of a token)
 
 Unlike Gemma's RMSNorm (`norms.rms_norm`, which scales by 1 + weight) the weight multiplies
-directly, and the statistic spans every head of the token rather than one head.
+directly, and the statistic spans every head of the token rather than one head. Over a token's hidden state it is
+Llama's RMSNorm (backbone/llama.py).
 """
 
 from __future__ import annotations

@@ -81,6 +81,8 @@ class QuantileStats:
 
 @dataclass(frozen=True)
 class MeanStdStats:
+    """LeRobot MEAN_STD mode: n = (x - mean) / (std + eps); x = n * std + mean (float32)."""
+
     mean: np.ndarray  # [dim] float32
     std: np.ndarray  # [dim] float32
     eps: float = DEFAULT_EPS

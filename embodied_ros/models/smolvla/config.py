@@ -1,0 +1,177 @@
+"""SmolVLA dimensions and settings, validated once; every other module trusts them.
+
+A config comes from a bundle's metadata (`from_bundle_sections`), from a reference-record
+folder's config.json (`from_fixture_json`) or from a LeRobot save (models/smolvla/convert.py).
+Released size (lerobot/smolvla_base): SmolVLM2-500M's SigLIP tower (768 x 12, 12 heads, mlp 3072,
+512 px, patch 16, pixel shuffle 4 -> 64 tokens per image) and its first 16 of 32 text layers
+(960 wide, 15 heads, 5 kv heads, head_dim 64, mlp 2560), an expert 0.75 x 960 = 720 wide with 16
+layers (mlp 2048), self-attention every 2nd layer, chunk 50, 10 Euler steps.
+
+Rotary embeddings use base 10000 in every layer (SmolVLA's own rotary code, whatever the text
+config's rope_theta says).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+from embodied_ros.backbone.llama import LlamaConfig
+from embodied_ros.backbone.smolvlm import SmolVLMVisionConfig
+from embodied_ros.heads.interleaved_expert import layer_plan
+
+DEFAULT_ACTION_PERIOD_S = 0.02  # LeRobot saves do not record the control rate
+DEFAULT_NOISE_SEED = 0
+ROPE_THETA = 10000.0
+LEROBOT_CAMERA_PREFIX = "observation.images."
+_ROBOT_KEYS = ("state_names", "action_names", "action_period_s")
+
+
+def camera_name(feature_key: str) -> str:
+    """"observation.images.wrist" -> "wrist"."""
+    return feature_key[len(LEROBOT_CAMERA_PREFIX):] if feature_key.startswith(LEROBOT_CAMERA_PREFIX) else feature_key
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def expert_mlp_dim(width: int) -> int:
+    """LeRobot's rule for the expert's MLP width: 256 * ceil(4 * int(2 * width / 3) / 256)."""
+    return 256 * math.ceil(4 * int(2 * width / 3) / 256)
+
+
+@dataclass(frozen=True)
+class SmolVLAConfig:
+    vision: SmolVLMVisionConfig
+    lm: LlamaConfig  # the kept VLM text layers only
+    expert: LlamaConfig
+    vocab_size: int
+    camera_names: tuple[str, ...]  # config order
+    state_names: tuple[str, ...]
+    action_names: tuple[str, ...]
+    empty_cameras: int = 0  # padding image slots LeRobot adds for absent cameras (masked, never read)
+    self_attn_every_n_layers: int = 2
+    chunk_size: int = 50
+    max_action_dim: int = 32
+    max_state_dim: int = 32
+    num_inference_steps: int = 10
+    tokenizer_max_length: int = 48
+    time_min_period: float = 4e-3
+    time_max_period: float = 4.0
+    action_period_s: float = DEFAULT_ACTION_PERIOD_S
+    noise_seed: int = DEFAULT_NOISE_SEED
+
+    def __post_init__(self) -> None:
+        for key in ("camera_names", "state_names", "action_names"):
+            object.__setattr__(self, key, tuple(getattr(self, key)))
+        for key in ("vocab_size", "chunk_size", "max_action_dim", "max_state_dim", "num_inference_steps",
+                    "tokenizer_max_length"):
+            value = getattr(self, key)
+            _require(isinstance(value, int) and value > 0, f"smolvla.{key} must be a positive integer, got {value!r}")
+        _require(len(self.camera_names) > 0, "smolvla needs at least one camera")
+        _require(len(set(self.camera_names)) == len(self.camera_names), f"camera names repeat: {self.camera_names}")
+        _require(self.empty_cameras >= 0, f"empty_cameras must be >= 0, got {self.empty_cameras}")
+        _require(0 < len(self.action_names) <= self.max_action_dim,
+                 f"{len(self.action_names)} action names for max_action_dim {self.max_action_dim}")
+        _require(len(self.state_names) <= self.max_state_dim,
+                 f"{len(self.state_names)} state names for max_state_dim {self.max_state_dim}")
+        lm, expert = self.lm, self.expert
+        _require((expert.num_heads, expert.num_kv_heads, expert.head_dim) == (lm.num_heads, lm.num_kv_heads,
+                                                                              lm.head_dim),
+                 "the expert uses the VLM's heads, kv heads and head_dim (it reads the VLM's cache)")
+        layer_plan(lm.depth, expert.depth, self.self_attn_every_n_layers)  # raises for a pairing that cannot be
+        _require(expert.width % 2 == 0, f"expert width must be even (sin/cos time embedding), got {expert.width}")
+        _require(self.action_period_s > 0, f"action_period_s must be positive, got {self.action_period_s}")
+        _require(0 < self.time_min_period < self.time_max_period,
+                 f"time periods must satisfy 0 < min < max, got {self.time_min_period}, {self.time_max_period}")
+
+    @property
+    def action_dim(self) -> int:
+        return len(self.action_names)
+
+    @property
+    def state_dim(self) -> int:
+        return len(self.state_names)
+
+    @property
+    def embed_scale(self) -> float:
+        return math.sqrt(self.lm.width)
+
+    @property
+    def layer_plan(self) -> list[tuple[str, int]]:
+        return layer_plan(self.lm.depth, self.expert.depth, self.self_attn_every_n_layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        for key in ("camera_names", "state_names", "action_names"):
+            values[key] = list(values[key])
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "SmolVLAConfig":
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        _require(not unknown, f"unknown smolvla config keys: {unknown}")
+        values = dict(values)
+        try:
+            values["vision"] = SmolVLMVisionConfig(**values["vision"])
+            values["lm"] = LlamaConfig(**values["lm"])
+            values["expert"] = LlamaConfig(**values["expert"])
+            return cls(**values)
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"incomplete or malformed smolvla config: {error}") from None
+
+    def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(model config, solver settings, robot metadata) as a bundle stores them."""
+        values = self.to_dict()
+        solver = {"method": "euler", "num_inference_steps": values.pop("num_inference_steps"),
+                  "noise_seed": values.pop("noise_seed")}
+        robot = {key: values.pop(key) for key in _ROBOT_KEYS}
+        return values, solver, robot
+
+    @classmethod
+    def from_bundle_sections(cls, model: Mapping[str, Any], solver: Mapping[str, Any],
+                             robot: Mapping[str, Any]) -> "SmolVLAConfig":
+        method = solver.get("method", "euler")
+        _require(method == "euler", f"smolvla runs the Euler solver; the bundle asks for {method!r}")
+        values = dict(model)
+        values["num_inference_steps"] = solver["num_inference_steps"]
+        values["noise_seed"] = solver.get("noise_seed", DEFAULT_NOISE_SEED)
+        values.update({key: robot[key] for key in _ROBOT_KEYS})
+        return cls.from_dict(values)
+
+    @classmethod
+    def from_fixture_json(cls, record: Mapping[str, Any]) -> "SmolVLAConfig":
+        """The config.json of a reference-record folder (format: test/data/smolvla_tiny/config.json)."""
+        try:
+            vision, text, expert = record["vision"], record["text_model"], record["expert"]
+            time = record.get("time_embedding", {})
+            return cls(
+                vision=SmolVLMVisionConfig(vision["image_size"], vision["patch_size"], vision["width"],
+                                           vision["depth"], vision["mlp_dim"], vision["num_heads"],
+                                           record["connector"]["scale_factor"], vision.get("layer_norm_eps", 1e-6)),
+                lm=_llama_from_record(text, record["num_vlm_layers"]),
+                expert=_llama_from_record(expert, record["num_expert_layers"]),
+                vocab_size=text["vocab_size"],
+                camera_names=tuple(camera_name(key) for key in record["camera_names"]),
+                state_names=tuple(f"state_{i}" for i in range(record["state_dim"])),
+                action_names=tuple(f"action_{i}" for i in range(record["action_dim"])),
+                empty_cameras=record.get("empty_cameras", 0),
+                self_attn_every_n_layers=record["self_attn_every_n_layers"],
+                chunk_size=record["chunk_size"],
+                max_action_dim=record["max_action_dim"],
+                max_state_dim=record["max_state_dim"],
+                num_inference_steps=record["num_steps"],
+                tokenizer_max_length=record["tokenizer_max_length"],
+                time_min_period=time.get("min_period", 4e-3),
+                time_max_period=time.get("max_period", 4.0),
+            )
+        except KeyError as error:
+            raise ValueError(f"reference record config.json lacks {error}") from None
+
+
+def _llama_from_record(part: Mapping[str, Any], depth: int) -> LlamaConfig:
+    return LlamaConfig(part["width"], depth, part["mlp_dim"], part["num_heads"], part["num_kv_heads"],
+                       part["head_dim"], part.get("rms_norm_eps", 1e-5), ROPE_THETA)
