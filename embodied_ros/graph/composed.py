@@ -1,18 +1,23 @@
-"""All nodes of a graph in one process (stage outputs handed over by reference).
+"""The nodes of a graph in one process (stage outputs handed over by reference).
 
-The controller and the observation node (light, on time) share one executor thread; each stage
-has its own (heavy; the kernels release the GIL), so inference never delays a command and the
-stages of different steps overlap.
+Each stage has an executor thread of its own (the kernels release the GIL), so the stages of
+different steps overlap; the observation node has one too. On the realtime schedule the
+controller (`controller.own_process`, the default) runs in a child process started and stopped
+with the graph: there no stage's Python can hold the interpreter while a command is due, and the
+action chunk it reads is a plain message either way. Otherwise (lock-step, or own_process false)
+it shares the observation node's thread.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
 from embodied_ros.graph.config import GraphConfig
+from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.spinning import SpinThread
 from embodied_ros.graph.transport import ResultStore
 from embodied_ros.nodes.action import ActionNode
@@ -31,12 +36,30 @@ NODE_CLASSES = {
     "action": ActionNode, "controller": ControllerNode,
 }
 CONTROL_NODES = ("observation", "controller")
+CONTROLLER = "controller"
 
 
 def graph_nodes(has_world_model: bool) -> tuple[str, ...]:
     """The nodes a model needs, in start-up order."""
     names = ("observation", "perception", "prefix", "world", "action", "controller")
     return names if has_world_model else tuple(n for n in names if n != "world")
+
+
+def controller_apart(config: GraphConfig) -> bool:
+    """Whether a composed graph runs its controller in a process of its own."""
+    return config.controller.own_process and config.schedule.mode == "realtime"
+
+
+def ros_remaps(cli_args: Sequence[str]) -> tuple[str, list[str]]:
+    """(namespace, other remaps) given by `-r`/`--remap` in ROS command-line arguments."""
+    namespace, remaps = "", []
+    for flag, value in zip(cli_args, cli_args[1:]):
+        if flag in ("-r", "--remap"):
+            if value.startswith("__ns:="):
+                namespace = value[len("__ns:="):]
+            else:
+                remaps.append(value)
+    return namespace, remaps
 
 
 class ComposedGraph:
@@ -48,6 +71,7 @@ class ComposedGraph:
         self.namespace = namespace
         self.cli_args = list(cli_args)
         self.nodes: dict[str, object] = {}
+        self.controller_process: SeparateGraph | None = None
         self._spinners: list[SpinThread] = []
 
     def start(self) -> None:
@@ -55,13 +79,18 @@ class ComposedGraph:
         runtime = self.runtime or acquire_runtime(self.config)
         store = ResultStore(self.config.transport.keep_last)
         parameters = node_parameters(self.config)
-        for name in graph_nodes(runtime.spec.has_world_model):
+        names = graph_nodes(runtime.spec.has_world_model)
+        if controller_apart(self.config):
+            names = tuple(name for name in names if name != CONTROLLER)
+            self._start_controller_process()
+        for name in names:
             self.nodes[name] = NODE_CLASSES[name](
                 runtime=runtime, store=store, parameters=parameters, context=self.context,
                 namespace=self.namespace, cli_args=self.cli_args or None)
         control = SingleThreadedExecutor(context=self.context)
         for name in CONTROL_NODES:
-            control.add_node(self.nodes[name])
+            if name in self.nodes:
+                control.add_node(self.nodes[name])
         self._spinners = [SpinThread(control, "graph-control")]
         for name, node in self.nodes.items():
             if name not in CONTROL_NODES:  # one thread per stage: stages compute in parallel
@@ -75,7 +104,27 @@ class ComposedGraph:
             self.stop()
             raise RuntimeError(f"graph nodes failed to start: {failed} (their log says why)")
 
+    @property
+    def apart_nodes(self) -> tuple[str, ...]:
+        """Nodes of this graph running in a child process (the caller may wait until they are active)."""
+        return self.controller_process.node_names if self.controller_process is not None else ()
+
+    def exited(self) -> dict[str, int]:
+        """Nodes in a child process that ended, with exit codes."""
+        return self.controller_process.exited() if self.controller_process is not None else {}
+
+    def _start_controller_process(self) -> None:
+        namespace, remaps = ros_remaps(self.cli_args)
+        transport = replace(self.config.transport, mode="auto")  # the controller reads only plain messages
+        self.controller_process = SeparateGraph(
+            replace(self.config, transport=transport), (CONTROLLER,), namespace=namespace or self.namespace,
+            remaps=remaps, domain_id=self.context.get_domain_id())
+        self.controller_process.start()
+
     def stop(self) -> None:
+        if self.controller_process is not None:  # commands stop before the stages do
+            self.controller_process.stop()
+            self.controller_process = None
         if self.context.ok():  # after Ctrl-C the context is gone and so are transitions
             for node in reversed(list(self.nodes.values())):
                 if node.active:

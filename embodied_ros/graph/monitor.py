@@ -15,7 +15,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.graph.stats import percentiles, reason_kind
 from embodied_ros.graph.topics import COMMAND_TOPICS, DIAGNOSTICS, TIMING
-from embodied_ros.inputs.stamps import time_to_ns
+from embodied_ros.inputs.stamps import reception_ns, time_to_ns
 from embodied_ros.msg import StageTiming
 
 STAGE_ORDER = ("observation", "perception", "prefix", "world", "action")
@@ -29,6 +29,7 @@ class GraphMonitor(Node):
         self.runs: dict[str, list[tuple[float, float, float]]] = defaultdict(list)  # (monotonic s, compute, staleness)
         self.command_stamps: list[int] = []  # controller tick stamps (JointTrajectory only)
         self.command_arrivals: list[int] = []  # monotonic ns at arrival
+        self.command_receptions: list[int] = []  # wall ns at arrival, taken by the middleware (reception_ns)
         self.controller_message = ""
         self.input_problem = ""  # the observation node's newest complaint about the inputs
         self.hold_reasons: Counter[str] = Counter()
@@ -42,9 +43,10 @@ class GraphMonitor(Node):
             with self.lock:
                 self.runs[msg.stage].append((time.monotonic(), msg.compute_ms, msg.staleness_ms))
 
-    def _on_command(self, msg) -> None:
+    def _on_command(self, msg, info) -> None:
         with self.lock:
             self.command_arrivals.append(time.monotonic_ns())
+            self.command_receptions.append(reception_ns(info))
             if isinstance(msg, JointTrajectory):
                 self.command_stamps.append(time_to_ns(msg.header.stamp))
 
@@ -87,8 +89,9 @@ class GraphMonitor(Node):
         """The command stream: rate and period error (|interval - period|) p50/p99, from the controller's
         tick stamps and from arrival times here."""
         with self.lock:
-            arrivals = np.asarray([t for t in self.command_arrivals if t >= since_ns], dtype=np.float64)
-            stamps = np.asarray(self.command_stamps[-len(arrivals):] if len(arrivals) else [], dtype=np.float64)
+            count = sum(1 for t in self.command_arrivals if t >= since_ns)
+            arrivals = np.asarray(self.command_receptions[-count:] if count else [], dtype=np.float64)
+            stamps = np.asarray(self.command_stamps[-count:] if count else [], dtype=np.float64)
         result = {"commands": float(len(arrivals)), "rate_hz": 0.0}
         if len(arrivals) >= 2:
             result["rate_hz"] = (len(arrivals) - 1) / ((arrivals[-1] - arrivals[0]) / 1e9)

@@ -4,7 +4,8 @@
 
 rclpy has no component containers for Python nodes, so this executable is how the graph runs
 composed under `launch` (ComposedNode is C++-only). ROS arguments (namespace, remaps) apply to
-every node. The container configures and activates its nodes itself.
+every node. The container configures and activates its nodes itself; the controller, on the
+realtime schedule, runs in a child process of the container (graph/composed.py says why).
 """
 
 from __future__ import annotations
@@ -30,6 +31,17 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def ros_arguments(argv: list[str]) -> list[str]:
+    """The ROS arguments of a command line: what follows each --ros-args, up to a lone --."""
+    found, inside = [], False
+    for token in argv[1:]:
+        if token in ("--ros-args", "--"):
+            inside = token == "--ros-args"
+        elif inside:
+            found.append(token)
+    return found
+
+
 def main(args=None) -> None:
     import sys
 
@@ -40,7 +52,9 @@ def main(args=None) -> None:
         overrides["bundle"] = options.bundle
     config = load_config(options.config or default_config(), {**overrides, "layout": "composed"})
     rclpy.init(args=argv)
-    graph = ComposedGraph(config, context=rclpy.get_default_context())
+    ros_args = ros_arguments(argv)  # the controller's own process takes the same namespace and remaps
+    graph = ComposedGraph(config, context=rclpy.get_default_context(),
+                          cli_args=["--ros-args", *ros_args] if ros_args else ())
     try:
         graph.start()
         while rclpy.ok():
