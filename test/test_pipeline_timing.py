@@ -28,3 +28,14 @@ def test_a_model_without_a_world_model_has_no_world_time():
     assert set(observation.images) == set(runtime.spec.camera_names)
     assert observation.images["front"].shape == (*runtime.spec.image_size, 3)
     assert observation.state.shape == (len(runtime.spec.state_names),)
+
+
+def test_a_failing_stage_raises_on_the_callers_thread():
+    import pytest
+
+    class _Broken(FakeRuntime):
+        def encode(self, observation):
+            raise RuntimeError("no such camera")
+
+    with pytest.raises(RuntimeError, match="no such camera"):
+        stage_times_ms(_Broken(), repeats=1)

@@ -2,7 +2,8 @@
 
 It publishes stamped observations (every camera and the joint state of one tick carry the same
 header stamp, so the ActionChunk's observation_stamp tells which tick it answers), records when each
-chunk arrives, and records the arrival times of the controller's commands. The graph may have been
+chunk arrives (once the controller streams: chunks before its first command are not counted), and
+records the arrival times of the controller's commands and each stage's compute times. The graph may have been
 started by `ros2 launch` (launch_testing) or by the project's CLI (pytest twins); the probe does not
 care, which is what makes the two tests the same test.
 """
@@ -67,6 +68,8 @@ class LatencyProbe:
 
     def _on_chunk(self, msg) -> None:
         received = time.time_ns()
+        if not self.measurement.command_stamps_ns:
+            return  # the controller is not streaming yet (it may run in a process that starts later)
         observation = int(msg.observation_stamp.sec) * 1_000_000_000 + int(msg.observation_stamp.nanosec)
         latency = end_to_end_ms(self.sent, observation, received)
         if latency is None:
