@@ -87,3 +87,26 @@ def test_the_controller_process_gets_the_graphs_namespace_and_remaps():
     assert ros_arguments(argv) == ["-r", "__ns:=/arm", "-r", "joint_states:=/arm/joint_states"]
     assert ros_remaps(["--ros-args", *ros_arguments(argv)]) == ("/arm", ["joint_states:=/arm/joint_states"])
     assert ros_remaps([]) == ("", [])
+
+
+def test_a_controller_process_that_cannot_start_is_one_clear_error(monkeypatch):
+    import rclpy
+    from rclpy.context import Context
+
+    from embodied_ros.graph import processes
+    from embodied_ros.graph.composed import ComposedGraph
+
+    def broken_command(node, params_file, namespace="", remaps=()):
+        return [sys.executable, "-c", "raise SystemExit(3)"]
+
+    monkeypatch.setattr(processes, "node_command", broken_command)
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    graph = ComposedGraph(load_config(None, {}), context=context, runtime=FakeRuntime())
+    try:
+        with pytest.raises(RuntimeError, match=r"the controller's process did not start: it ended with exit code 3 "
+                                               r"\(its log: .*controller\.log\)"):
+            graph.start()
+        assert graph.nodes == {} and graph.controller_process is None  # nothing left running
+    finally:
+        rclpy.try_shutdown(context=context)

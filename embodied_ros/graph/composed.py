@@ -15,9 +15,11 @@ from typing import Sequence
 
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
 
 from embodied_ros.graph.config import GraphConfig
 from embodied_ros.graph.processes import SeparateGraph
+from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.graph.spinning import SpinThread
 from embodied_ros.graph.transport import ResultStore
 from embodied_ros.nodes.action import ActionNode
@@ -37,6 +39,7 @@ NODE_CLASSES = {
 }
 CONTROL_NODES = ("observation", "controller")
 CONTROLLER = "controller"
+CONTROLLER_START_TIMEOUT_S = 60.0  # a fresh interpreter imports rclpy and numpy; no bundle to load
 
 
 def graph_nodes(has_world_model: bool) -> tuple[str, ...]:
@@ -60,6 +63,12 @@ def ros_remaps(cli_args: Sequence[str]) -> tuple[str, list[str]]:
             else:
                 remaps.append(value)
     return namespace, remaps
+
+
+def _pump(executor: SingleThreadedExecutor, process: SeparateGraph) -> None:
+    executor.spin_once(timeout_sec=0.05)
+    if process.exited():
+        raise ChildProcessError(f"it ended with exit code {process.exited()[CONTROLLER]}")
 
 
 class ComposedGraph:
@@ -103,10 +112,12 @@ class ComposedGraph:
         if failed:
             self.stop()
             raise RuntimeError(f"graph nodes failed to start: {failed} (their log says why)")
+        if self.controller_process is not None:
+            self._wait_for_controller()
 
     @property
     def apart_nodes(self) -> tuple[str, ...]:
-        """Nodes of this graph running in a child process (the caller may wait until they are active)."""
+        """Nodes of this graph running in a child process."""
         return self.controller_process.node_names if self.controller_process is not None else ()
 
     def exited(self) -> dict[str, int]:
@@ -120,6 +131,25 @@ class ComposedGraph:
             replace(self.config, transport=transport), (CONTROLLER,), namespace=namespace or self.namespace,
             remaps=remaps, domain_id=self.context.get_domain_id())
         self.controller_process.start()
+
+    def _wait_for_controller(self) -> None:
+        """Return once the controller's process reports `active` (start() returns a whole graph);
+        RuntimeError with the end of its log when it does not."""
+        process = self.controller_process
+        waiter = Node("graph_start_waiter", context=self.context, namespace=process.namespace)
+        executor = SingleThreadedExecutor(context=self.context)
+        executor.add_node(waiter)
+        try:
+            wait_until_active(waiter, process.node_names, process.namespace, CONTROLLER_START_TIMEOUT_S,
+                              lambda: _pump(executor, process))
+        except (TimeoutError, ChildProcessError) as error:
+            self.stop()
+            raise RuntimeError(f"the controller's process did not start: {error} (its log: "
+                               f"{process.log_dir / (CONTROLLER + '.log')})") from None
+        finally:
+            executor.remove_node(waiter)
+            waiter.destroy_node()
+            executor.shutdown(timeout_sec=1.0)
 
     def stop(self) -> None:
         if self.controller_process is not None:  # commands stop before the stages do

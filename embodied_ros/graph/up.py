@@ -74,9 +74,8 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
     graph, first_chunk_s, exited, ran_s = None, None, {}, 0.0
     try:
         graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
-        apart = graph.node_names if isinstance(graph, SeparateGraph) else graph.apart_nodes
-        if apart:
-            wait_until_active(monitor, apart, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
+        if isinstance(graph, SeparateGraph):
+            wait_until_active(monitor, graph.node_names, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
         print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "
                  f"{time.monotonic() - launched:.1f} s; running for {duration_s:.0f} s")
         started = time.monotonic()
