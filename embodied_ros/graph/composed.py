@@ -134,7 +134,7 @@ class ComposedGraph:
 
     def _wait_for_controller(self) -> None:
         """Return once the controller's process reports `active` (start() returns a whole graph);
-        RuntimeError with the end of its log when it does not."""
+        RuntimeError naming its log when it ends or times out first."""
         process = self.controller_process
         waiter = Node("graph_start_waiter", context=self.context, namespace=process.namespace)
         executor = SingleThreadedExecutor(context=self.context)

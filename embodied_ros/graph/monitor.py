@@ -87,7 +87,7 @@ class GraphMonitor(Node):
 
     def command_summary(self, since_ns: int = 0) -> dict[str, float]:
         """The command stream: rate and period error (|interval - period|) p50/p99, from the controller's
-        tick stamps and from arrival times here."""
+        tick stamps and from their reception here (stamped by the middleware)."""
         with self.lock:
             count = sum(1 for t in self.command_arrivals if t >= since_ns)
             arrivals = np.asarray(self.command_receptions[-count:] if count else [], dtype=np.float64)
