@@ -32,7 +32,8 @@ def test_configure_with_a_missing_bundle_fails_cleanly(tmp_path, capfd):
 
 def test_deactivate_and_activate_again():
     runtime = FakeRuntime()
-    config = load_config(None, {"schedule.step_period_s": 0.1, "diagnostics.period_s": 0.5})
+    config = load_config(None, {"schedule.step_period_s": 0.1, "diagnostics.period_s": 0.5,
+                                "controller.own_process": False})  # this test drives the controller node itself
     domain = next_domain()
     context = Context()
     rclpy.init(context=context, domain_id=domain)

@@ -69,6 +69,35 @@ def test_evaluate_names_each_exceeded_bound():
     assert "FAIL" in result.report() and "over budget" in result.report()
 
 
+def test_evaluate_checks_commands_as_received_and_stage_ratios():
+    budget = _budget(arrival_error_p99_ms=3.0, stage_ratio={"action": 1.3, "world": 1.3})
+    sent = _commands([20] * 50)
+    on_time = LatencyMeasurement(end_to_end_ms=[40.0] * 11, command_stamps_ns=sent, command_arrivals_ns=sent,
+                                 stage_compute_ms={"action": [10.0, 12.0, 12.5]}, stage_alone_ms={"action": 10.0})
+    result = evaluate(on_time, budget)
+    assert result.passed, result.failures  # a world bound for a model without a world stage is not a failure
+    assert result.summary["stage_ratio"]["action"]["ratio"] == pytest.approx(1.2)
+    assert "compute p50 in the graph 12.00 ms, alone 10.00 ms: ratio 1.20" in result.report()
+    late = LatencyMeasurement(end_to_end_ms=[40.0] * 11, command_stamps_ns=sent,
+                              command_arrivals_ns=_commands([20] * 45 + [25] * 5),
+                              stage_compute_ms={"action": [14.0] * 3}, stage_alone_ms={"action": 10.0})
+    failures = evaluate(late, budget).failures
+    assert any(f.startswith("command period |error| p99 as received 5.00 ms > 3.00 ms") for f in failures)
+    assert any(f.startswith("action stage compute in the graph 1.40x its time alone > 1.30x") for f in failures)
+    never_ran = LatencyMeasurement(end_to_end_ms=[40.0] * 11, command_stamps_ns=sent, stage_alone_ms={"action": 10.0})
+    assert any("action stage: no compute time measured" in f for f in evaluate(never_ran, budget).failures)
+
+
+def test_budget_bounds_on_arrival_and_ratios_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="stage_ratio bounds must be >= 1"):
+        _budget(stage_ratio={"action": 0.5})
+    with pytest.raises(ValueError, match="arrival_error_p99_ms must be positive"):
+        _budget(arrival_error_p99_ms=0.0)
+    budget = load_budget("two-core")
+    assert budget.arrival_error_p99_ms == 3.0 and budget.stage_ratio == {"action": 1.3}
+    assert budget.command_period_error.p99_ms == 2.0
+
+
 def test_evaluate_fails_when_too_little_was_measured():
     result = evaluate(LatencyMeasurement(end_to_end_ms=[10.0] * 3), _budget())
     assert not result.passed

@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
                         synthetic=args.synthetic, summary_period_s=args.summary_period, domain_id=args.domain_id)
     except BundleError as error:  # loaded before any node starts
         raise SystemExit(f"embodied-ros up: {error}")
+    except RuntimeError as error:  # a node or the controller's process did not start
+        raise SystemExit(f"embodied-ros up: {error}")
     print(format_report(report))
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report.to_dict(), indent=2))

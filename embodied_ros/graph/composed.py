@@ -1,18 +1,25 @@
-"""All nodes of a graph in one process (stage outputs handed over by reference).
+"""The nodes of a graph in one process (stage outputs handed over by reference).
 
-The control nodes of the node table (observation and controller: light, on time) share one
-executor thread; each stage has its own (heavy; the kernels release the GIL), so inference never
-delays a command and the stages of different steps overlap.
+Each stage has an executor thread of its own (the kernels release the GIL), so the stages of
+different steps overlap; the control nodes of the node table (observation, controller) share one.
+On the realtime schedule the controller (`controller.own_process`, the default) runs in a child
+process started and stopped with the graph: there no stage's Python can hold the interpreter while
+a command is due, and the action chunk it reads is a plain message either way. Otherwise
+(lock-step, or own_process false) it shares the observation node's thread.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.node import Node
 
+from embodied_ros.graph.processes import SeparateGraph
+from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.node_infra.node_table import graph_nodes, node_class, node_spec
 from embodied_ros.node_infra.spinning import SpinThread
@@ -21,6 +28,32 @@ from embodied_ros.nodes.params import node_parameters
 from embodied_ros.nodes.run import bring_up
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.pipeline.stages import Runtime
+
+CONTROLLER = "controller"
+CONTROLLER_START_TIMEOUT_S = 60.0  # a fresh interpreter imports rclpy and numpy; no bundle to load
+
+
+def controller_apart(config: GraphConfig) -> bool:
+    """Whether a composed graph runs its controller in a process of its own."""
+    return config.controller.own_process and config.schedule.mode == "realtime"
+
+
+def ros_remaps(cli_args: Sequence[str]) -> tuple[str, list[str]]:
+    """(namespace, other remaps) given by `-r`/`--remap` in ROS command-line arguments."""
+    namespace, remaps = "", []
+    for flag, value in zip(cli_args, cli_args[1:]):
+        if flag in ("-r", "--remap"):
+            if value.startswith("__ns:="):
+                namespace = value[len("__ns:="):]
+            else:
+                remaps.append(value)
+    return namespace, remaps
+
+
+def _pump(executor: SingleThreadedExecutor, process: SeparateGraph) -> None:
+    executor.spin_once(timeout_sec=0.05)
+    if process.exited():
+        raise ChildProcessError(f"it ended with exit code {process.exited()[CONTROLLER]}")
 
 
 class ComposedGraph:
@@ -32,6 +65,7 @@ class ComposedGraph:
         self.namespace = namespace
         self.cli_args = list(cli_args)
         self.nodes: dict[str, object] = {}
+        self.controller_process: SeparateGraph | None = None
         self._spinners: list[SpinThread] = []
 
     def start(self) -> None:
@@ -39,7 +73,11 @@ class ComposedGraph:
         runtime = self.runtime or acquire_runtime(self.config)
         store = ResultStore(self.config.transport.keep_last)
         parameters = node_parameters(self.config)
-        for name in graph_nodes(runtime.spec.has_world_model):
+        names = graph_nodes(runtime.spec.has_world_model)
+        if controller_apart(self.config):
+            names = tuple(name for name in names if name != CONTROLLER)
+            self._start_controller_process()
+        for name in names:
             self.nodes[name] = node_class(name)(
                 runtime=runtime, store=store, parameters=parameters, context=self.context,
                 namespace=self.namespace, cli_args=self.cli_args or None)
@@ -58,11 +96,53 @@ class ComposedGraph:
         if failed:
             self.stop()
             raise RuntimeError(f"graph nodes failed to start: {failed} (their log says why)")
+        if self.controller_process is not None:
+            self._wait_for_controller()
+
+    @property
+    def apart_nodes(self) -> tuple[str, ...]:
+        """Nodes of this graph running in a child process."""
+        return self.controller_process.node_names if self.controller_process is not None else ()
+
+    def exited(self) -> dict[str, int]:
+        """Nodes in a child process that ended, with exit codes."""
+        return self.controller_process.exited() if self.controller_process is not None else {}
+
+    def _start_controller_process(self) -> None:
+        namespace, remaps = ros_remaps(self.cli_args)
+        transport = replace(self.config.transport, mode="auto")  # the controller reads only plain messages
+        self.controller_process = SeparateGraph(
+            replace(self.config, transport=transport), (CONTROLLER,), namespace=namespace or self.namespace,
+            remaps=remaps, domain_id=self.context.get_domain_id())
+        self.controller_process.start()
+
+    def _wait_for_controller(self) -> None:
+        """Return once the controller's process reports `active` (start() returns a whole graph);
+        RuntimeError naming its log when it ends or times out first."""
+        process = self.controller_process
+        waiter = Node("graph_start_waiter", context=self.context, namespace=process.namespace)
+        executor = SingleThreadedExecutor(context=self.context)
+        executor.add_node(waiter)
+        try:
+            wait_until_active(waiter, process.node_names, process.namespace, CONTROLLER_START_TIMEOUT_S,
+                              lambda: _pump(executor, process))
+        except (TimeoutError, ChildProcessError) as error:
+            self.stop()
+            raise RuntimeError(f"the controller's process did not start: {error} (its log: "
+                               f"{process.log_dir / (CONTROLLER + '.log')})") from None
+        finally:
+            executor.remove_node(waiter)
+            waiter.destroy_node()
+            executor.shutdown(timeout_sec=1.0)
 
     def stop(self) -> list[str]:
-        """Deactivate the active nodes, controller first (it leaves the arm holding), then destroy
-        every node; the names of the nodes whose deactivation failed."""
+        """Deactivate the active nodes, controller first (it leaves the arm holding; in its own
+        process it deactivates on the interrupt it is sent), then destroy every node; the names of
+        the nodes whose deactivation failed."""
         failed = []
+        if self.controller_process is not None:
+            self.controller_process.stop()
+            self.controller_process = None
         for name, node in reversed(self.nodes.items()):
             if not node.active:
                 continue

@@ -4,7 +4,8 @@
 
 rclpy has no component containers for Python nodes, so this executable is how the graph runs
 composed under `launch` (ComposedNode is C++-only). ROS arguments (namespace, remaps) apply to
-every node. The container configures and activates its nodes itself. A graph that cannot start
+every node. The container configures and activates its nodes itself; the controller, on the
+realtime schedule, runs in a child process of the container (graph/composed.py says why). A graph that cannot start
 (no bundle, a bad setting) ends it with one line on stderr and exit status 1.
 """
 
@@ -36,6 +37,17 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def ros_arguments(argv: list[str]) -> list[str]:
+    """The ROS arguments of a command line: what follows each --ros-args, up to a lone --."""
+    found, inside = [], False
+    for token in argv[1:]:
+        if token in ("--ros-args", "--"):
+            inside = token == "--ros-args"
+        elif inside:
+            found.append(token)
+    return found
+
+
 def main(args=None) -> None:
     argv = sys.argv if args is None else args
     options = parse_arguments(remove_ros_args(argv)[1:])
@@ -55,7 +67,9 @@ def serve(config: GraphConfig, argv: list[str], runtime: Runtime | None = None) 
     failure = ""
     with stopped_by_signals(argv):
         logger = rclpy.logging.get_logger(PROG)
-        graph = ComposedGraph(config, context=rclpy.get_default_context(), runtime=runtime)
+        ros_args = ros_arguments(argv)  # the controller's own process takes the same namespace and remaps
+        graph = ComposedGraph(config, context=rclpy.get_default_context(), runtime=runtime,
+                              cli_args=["--ros-args", *ros_args] if ros_args else ())
         try:
             graph.start()
             logger.info(f"graph active: {', '.join(graph.nodes)}")

@@ -16,7 +16,7 @@ from trajectory_msgs.msg import JointTrajectory
 from embodied_ros.node_infra.node_table import NODE_NAMES
 from embodied_ros.node_infra.stats import percentiles, reason_kind
 from embodied_ros.node_infra.topics import DIAGNOSTICS, TIMING, command_topic
-from embodied_ros.inputs.stamps import time_to_ns
+from embodied_ros.inputs.stamps import reception_ns, time_to_ns
 from embodied_ros.msg import StageTiming
 
 class GraphMonitor(Node):
@@ -27,6 +27,7 @@ class GraphMonitor(Node):
         self.runs: dict[str, list[tuple[float, float, float]]] = defaultdict(list)  # (monotonic s, compute, staleness)
         self.command_stamps: list[int] = []  # controller tick stamps (JointTrajectory only)
         self.command_arrivals: list[int] = []  # monotonic ns at arrival
+        self.command_receptions: list[int] = []  # wall ns at arrival, taken by the middleware (reception_ns)
         self.controller_message = ""
         self.input_problem = ""  # the observation node's newest complaint about the inputs
         self.inputs_refused = False  # whether that complaint is the observation node's current state
@@ -41,9 +42,10 @@ class GraphMonitor(Node):
             with self.lock:
                 self.runs[msg.stage].append((time.monotonic(), msg.compute_ms, msg.staleness_ms))
 
-    def _on_command(self, msg) -> None:
+    def _on_command(self, msg, info) -> None:
         with self.lock:
             self.command_arrivals.append(time.monotonic_ns())
+            self.command_receptions.append(reception_ns(info))
             if isinstance(msg, JointTrajectory):
                 self.command_stamps.append(time_to_ns(msg.header.stamp))
 
@@ -91,10 +93,11 @@ class GraphMonitor(Node):
 
     def command_summary(self, since_ns: int = 0) -> dict[str, float]:
         """The command stream: rate and period error (|interval - period|) p50/p99, from the controller's
-        tick stamps and from arrival times here."""
+        tick stamps and from their reception here (stamped by the middleware)."""
         with self.lock:
-            arrivals = np.asarray([t for t in self.command_arrivals if t >= since_ns], dtype=np.float64)
-            stamps = np.asarray(self.command_stamps[-len(arrivals):] if len(arrivals) else [], dtype=np.float64)
+            count = sum(1 for t in self.command_arrivals if t >= since_ns)
+            arrivals = np.asarray(self.command_receptions[-count:] if count else [], dtype=np.float64)
+            stamps = np.asarray(self.command_stamps[-count:] if count else [], dtype=np.float64)
         result = {"commands": float(len(arrivals)), "rate_hz": 0.0}
         if len(arrivals) >= 2:
             result["rate_hz"] = (len(arrivals) - 1) / ((arrivals[-1] - arrivals[0]) / 1e9)

@@ -38,7 +38,7 @@ class UpReport:
     stages: dict[str, dict[str, float]]
     commands: dict[str, float]
     hold_reasons: dict[str, int]  # kind of hold (numbers as N) -> how often the controller entered it
-    exited: dict[str, int] = field(default_factory=dict)  # separate layout: nodes that ended early
+    exited: dict[str, int] = field(default_factory=dict)  # nodes in processes of their own that ended early
     input_problem: str = ""  # the observation node's last complaint about the inputs, if any
 
     def to_dict(self) -> dict:
@@ -87,7 +87,9 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
             pass
         first_chunk_s = monitor.first_chunk_s(launched)
         ran_s = time.monotonic() - started
-        exited = graph.exited() if isinstance(graph, SeparateGraph) else {}
+        # the tables cover the run announced by "graph up": not the start-up before it, nor the teardown after
+        stages, commands = monitor.stage_summary(started), monitor.command_summary(int(started * 1e9))
+        exited = graph.exited()
     finally:
         with interrupts_ignored():  # a second Ctrl-C here would abandon nodes mid-teardown (abort at exit)
             if graph is not None:
@@ -97,10 +99,8 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
             for node in nodes:
                 node.destroy_node()
             rclpy.try_shutdown(context=context)
-    # the tables cover the run announced by "graph up", not the start-up before it
-    return UpReport(config.layout, config.bundle, ran_s, first_chunk_s, monitor.stage_summary(started),
-                    monitor.command_summary(int(started * 1e9)), dict(monitor.hold_reasons), exited,
-                    monitor.input_problem)
+    return UpReport(config.layout, config.bundle, ran_s, first_chunk_s, stages, commands, dict(monitor.hold_reasons),
+                    exited, monitor.input_problem)
 
 
 def _start_graph(config, runtime, context, namespace, remaps, domain_id):
@@ -124,7 +124,7 @@ def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, sta
             time.sleep(0.05)
         except KeyboardInterrupt:
             break
-        if isinstance(graph, SeparateGraph) and graph.exited():
+        if graph.exited():
             print_fn(f"node process(es) ended: {graph.exited()}")
             break
         if time.monotonic() >= next_print:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from builtin_interfaces.msg import Duration, Time
 
 _NS = 1_000_000_000
@@ -23,3 +25,9 @@ def ns_to_duration(ns: int) -> Duration:
 
 def seconds_to_ns(seconds: float) -> int:
     return int(round(seconds * _NS))
+
+
+def reception_ns(info) -> int:
+    """When a message reached this process (wall ns), from a subscription's MessageInfo: the middleware
+    stamps it as the sample comes in, so a busy interpreter delays the callback but not this time."""
+    return info["received_timestamp"] or time.time_ns()  # 0: the middleware does not stamp receptions

@@ -91,6 +91,9 @@ class StagesConfig:
 @dataclass(frozen=True)
 class ControllerConfig:
     rate_hz: float = _doc("actuator command rate, Hz", 50.0)
+    own_process: bool = _doc("composed layout, realtime schedule: run the controller and its input watchdog in a "
+                             "process of its own, where the stages' Python cannot delay a command (false: in "
+                             "the graph's process)", True)
     output: str = _doc("joint_trajectory (JointTrajectoryController) or float64_multi_array (forward command "
                        "controller)", "joint_trajectory")
     joints: tuple[str, ...] = _doc("robot joints to command, in output order; empty: the chunk's joint names", ())

@@ -3,8 +3,10 @@
 A budget (config/budgets/<deployment>.yaml) bounds, for one deployment, the end-to-end latency
 (input stamp -> ActionChunk received) at p50 and p99, and the error of the command stream's period
 (|period - nominal|) at p50 and p99, timed by the controller's send stamps (JointTrajectory headers;
-arrival times for Float64MultiArray, which has none). Arrival periods are reported beside them. `evaluate` compares a `LatencyMeasurement` with a budget and
-always reports the measured numbers, pass or fail.
+arrival times for Float64MultiArray, which has none), and at p99 on arrival (when the middleware
+received each command); and, optionally, each stage's compute time in the graph (p50) as a ratio of
+the same call timed alone (`embodied_ros.pipeline.timing`). `evaluate` compares a
+`LatencyMeasurement` with a budget and always reports the measured numbers, pass or fail.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class LatencyBudget:
     end_to_end: PercentileBound  # input stamp -> ActionChunk received
     command_period_s: float  # nominal period of the controller's command stream
     command_period_error: PercentileBound  # |period - nominal|
+    arrival_error_p99_ms: float | None = None  # |period - nominal| of the commands as received; None: not checked
+    stage_ratio: dict[str, float] = field(default_factory=dict)  # stage -> bound on in-graph p50 / alone
     chunks: int = 20  # chunks measured, after warm-up
     warmup_chunks: int = 3  # first chunks ignored (caches, page faults)
     input_rate_hz: float = 10.0  # how often the probe publishes a stamped observation
@@ -46,13 +50,17 @@ class LatencyBudget:
         if self.chunks < 5 or self.warmup_chunks < 0:
             raise ValueError(f"{self.deployment}: need chunks >= 5 and warmup_chunks >= 0, "
                              f"got {self.chunks} and {self.warmup_chunks}")
+        if self.arrival_error_p99_ms is not None and self.arrival_error_p99_ms <= 0:
+            raise ValueError(f"{self.deployment}: arrival_error_p99_ms must be positive, got {self.arrival_error_p99_ms}")
+        if any(not bound >= 1.0 for bound in self.stage_ratio.values()):
+            raise ValueError(f"{self.deployment}: stage_ratio bounds must be >= 1, got {self.stage_ratio}")
         if not 0 < self.input_rate_hz <= 1000 or self.timeout_s <= 0:
             raise ValueError(f"{self.deployment}: input_rate_hz must be in (0, 1000] and timeout_s positive, "
                              f"got {self.input_rate_hz} and {self.timeout_s}")
 
 
-_BUDGET_KEYS = {"deployment", "end_to_end_ms", "command_period", "chunks", "warmup_chunks", "input_rate_hz",
-                "timeout_s"}
+_BUDGET_KEYS = {"deployment", "end_to_end_ms", "command_period", "stage_ratio", "chunks", "warmup_chunks",
+                "input_rate_hz", "timeout_s"}
 
 
 def load_budget(name_or_path: str | Path) -> LatencyBudget:
@@ -74,6 +82,8 @@ def load_budget(name_or_path: str | Path) -> LatencyBudget:
             end_to_end=PercentileBound(p50_ms=values["end_to_end_ms"]["p50"], p99_ms=values["end_to_end_ms"]["p99"]),
             command_period_s=float(period["nominal_s"]),
             command_period_error=PercentileBound(p50_ms=period["error_p50_ms"], p99_ms=period["error_p99_ms"]),
+            arrival_error_p99_ms=period.get("arrival_error_p99_ms"),
+            stage_ratio={str(stage): float(bound) for stage, bound in (values.get("stage_ratio") or {}).items()},
             **{k: values[k] for k in ("chunks", "warmup_chunks", "input_rate_hz", "timeout_s") if k in values},
         )
     except (KeyError, TypeError) as error:
@@ -89,6 +99,8 @@ class LatencyMeasurement:
     # (its header stamp; the arrival time for messages without a header)
     command_arrivals_ns: list[int] = field(default_factory=list)  # when each command reached the probe
     unmatched_chunks: int = 0  # chunks whose observation stamp the probe never sent
+    stage_compute_ms: dict[str, list[float]] = field(default_factory=dict)  # stage -> compute time of each run
+    stage_alone_ms: dict[str, float] = field(default_factory=dict)  # stage -> the same call timed alone
     problem: str = ""  # why the measurement stopped early ("" when it ran to the end)
 
 
@@ -107,6 +119,9 @@ class LatencyResult:
             _period_line("command period", self.summary["command_period"]),
             _period_line("  as received", self.summary["command_arrival_period"]),
         ]
+        for stage, row in self.summary["stage_ratio"].items():
+            lines.append(f"  {stage:<16}compute p50 in the graph {_num(row['in_graph_ms'])} ms, alone "
+                         f"{row['alone_ms']:.2f} ms: ratio {_num(row['ratio'])}")
         lines.extend(f"  over budget: {failure}" for failure in self.failures)
         return "\n".join(lines)
 
@@ -136,13 +151,38 @@ def evaluate(measurement: LatencyMeasurement, budget: LatencyBudget) -> LatencyR
               ("end-to-end p99", e2e["p99"], budget.end_to_end.p99_ms),
               ("command period |error| p50", period["error_ms"]["p50"], budget.command_period_error.p50_ms),
               ("command period |error| p99", period["error_ms"]["p99"], budget.command_period_error.p99_ms)]
+    arrival = period_stats(measurement.command_arrivals_ns, budget.command_period_s)
+    if budget.arrival_error_p99_ms is not None:
+        checks.append(("command period |error| p99 as received", arrival["error_ms"]["p99"],
+                       budget.arrival_error_p99_ms))
     for name, value, bound in checks:
         if value is not None and value > bound:
             failures.append(f"{name} {value:.2f} ms > {bound:.2f} ms ({budget.deployment})")
+    ratios = stage_ratios(measurement)
+    for stage, bound in budget.stage_ratio.items():
+        if stage not in ratios:
+            continue  # a stage this model does not have (world), or no time alone given
+        ratio = ratios[stage]["ratio"]
+        if ratio is None:
+            failures.append(f"{stage} stage: no compute time measured in the graph ({budget.deployment})")
+        elif ratio > bound:
+            failures.append(f"{stage} stage compute in the graph {ratio:.2f}x its time alone > {bound:.2f}x "
+                            f"({budget.deployment})")
     summary = {"deployment": budget.deployment, "end_to_end_ms": e2e, "command_period": period,
-               "command_arrival_period": period_stats(measurement.command_arrivals_ns, budget.command_period_s),
+               "command_arrival_period": arrival, "stage_ratio": ratios,
                "unmatched_chunks": measurement.unmatched_chunks}
     return LatencyResult(not failures, tuple(failures), summary)
+
+
+def stage_ratios(measurement: LatencyMeasurement) -> dict[str, dict]:
+    """Per stage timed alone: compute p50 in the graph, the time alone and their ratio (None: not run)."""
+    ratios = {}
+    for stage, alone_ms in measurement.stage_alone_ms.items():
+        runs = measurement.stage_compute_ms.get(stage, [])
+        in_graph = float(np.median(runs)) if runs else None
+        ratios[stage] = {"in_graph_ms": in_graph, "alone_ms": alone_ms,
+                         "ratio": in_graph / alone_ms if in_graph is not None and alone_ms > 0 else None}
+    return ratios
 
 
 def end_to_end_ms(sent_stamps_ns: set[int], observation_ns: int, received_ns: int) -> float | None:

@@ -2,7 +2,8 @@
 
 It publishes stamped observations (every camera and the joint state of one tick carry the same
 header stamp, so the ActionChunk's observation_stamp tells which tick it answers), records when each
-chunk arrives, and records the arrival times of the controller's commands. The graph may have been
+chunk arrives (once the controller streams: chunks before its first command are not counted), and
+records the arrival times of the controller's commands and each stage's compute times. The graph may have been
 started by `ros2 launch` (launch_testing) or by the project's CLI (pytest twins); the probe does not
 care, which is what makes the two tests the same test.
 """
@@ -14,6 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from embodied_ros.inputs.stamps import reception_ns
 from embodied_ros.replay.latency import LatencyBudget, LatencyMeasurement, end_to_end_ms
 from embodied_ros.sim.robot import render_view
 from embodied_ros.replay.topics import TopicMap
@@ -30,7 +32,8 @@ class LatencyProbe:
         from std_msgs.msg import Float64MultiArray, String
         from trajectory_msgs.msg import JointTrajectory
 
-        from embodied_ros.msg import ActionChunk
+        from embodied_ros.node_infra.topics import TIMING
+        from embodied_ros.msg import ActionChunk, StageTiming
 
         self.cameras = dict(cameras)
         self.joint_names = tuple(joint_names)
@@ -52,6 +55,8 @@ class LatencyProbe:
         self._chunk_topic = self._rel(self.topics.action_chunk)
         self.node.create_subscription(ActionChunk, self._chunk_topic, self._on_chunk, in_qos)
         self.node.create_subscription(command_type, self._rel(command_topic), self._on_command, in_qos)
+        self.node.create_subscription(StageTiming, self._rel(TIMING), self._on_timing, in_qos)
+        self.warmup_chunks = 0  # stage timings count once this many chunks answered the probe
         self.sent: set[int] = set()
         self.measurement = LatencyMeasurement()
         self._ticks = 0
@@ -63,6 +68,8 @@ class LatencyProbe:
 
     def _on_chunk(self, msg) -> None:
         received = time.time_ns()
+        if not self.measurement.command_stamps_ns:
+            return  # the controller is not streaming yet (it may run in a process that starts later)
         observation = int(msg.observation_stamp.sec) * 1_000_000_000 + int(msg.observation_stamp.nanosec)
         latency = end_to_end_ms(self.sent, observation, received)
         if latency is None:
@@ -70,12 +77,16 @@ class LatencyProbe:
         else:
             self.measurement.end_to_end_ms.append(latency)
 
-    def _on_command(self, msg) -> None:
-        received = time.time_ns()
+    def _on_command(self, msg, info) -> None:
+        received = reception_ns(info)
         header = getattr(msg, "header", None)
         sent = int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec) if header is not None else 0
         self.measurement.command_stamps_ns.append(sent or received)
         self.measurement.command_arrivals_ns.append(received)
+
+    def _on_timing(self, msg) -> None:
+        if msg.sequence > 0 and len(self.measurement.end_to_end_ms) >= self.warmup_chunks:
+            self.measurement.stage_compute_ms.setdefault(msg.stage, []).append(float(msg.compute_ms))
 
     def publish_observation(self) -> int:
         """Publish one stamped observation (images, joint state, and the instruction); returns its stamp."""
@@ -116,6 +127,7 @@ class LatencyProbe:
         """Publish at the budget's input rate until enough chunks came back (or the timeout); the result
         holds what was measured either way, so a failing run still reports its numbers."""
         deadline = time.monotonic() + budget.timeout_s
+        self.warmup_chunks = budget.warmup_chunks
         self.wait_for_graph(budget.timeout_s)
         period = 1.0 / budget.input_rate_hz
         next_tick = time.monotonic()
@@ -146,10 +158,12 @@ def probe_inputs(config, spec=None) -> tuple[dict[str, tuple[int, int]], tuple[s
     return cameras, state + tuple(name for name in commanded if name not in state)
 
 
-def measure_latency(budget: LatencyBudget, config, *, spec=None, domain_id: int | None = None, namespace: str = ""):
+def measure_latency(budget: LatencyBudget, config, *, spec=None, domain_id: int | None = None, namespace: str = "",
+                    stage_alone_ms: dict[str, float] | None = None):
     """Probe a running graph (started by whoever: launch, `embodied-ros up`, a test) against `budget`.
-    `spec`: the model's ModelSpec (default: from the config's bundle). Prints the measured numbers and
-    returns the LatencyResult; the caller asserts `result.passed`."""
+    `spec`: the model's ModelSpec (default: from the config's bundle). `stage_alone_ms`: each stage's
+    call timed alone (`embodied_ros.pipeline.timing.stage_times_ms`), for the budget's stage ratios.
+    Prints the measured numbers and returns the LatencyResult; the caller asserts `result.passed`."""
     import rclpy
     from rclpy.context import Context
 
@@ -168,6 +182,7 @@ def measure_latency(budget: LatencyBudget, config, *, spec=None, domain_id: int 
     finally:
         probe.close()
         rclpy.try_shutdown(context=context)
+    measurement.stage_alone_ms = dict(stage_alone_ms or {})
     result = evaluate(measurement, budget)
     print(result.report(), flush=True)
     return result

@@ -1,0 +1,171 @@
+"""The controller's command stream while inference runs, for every shipped config, in the default
+(composed) layout, with the controller in its own process and in the graph's, side by side.
+
+    python benchmarks/bench_command_timing.py [--duration 30] [--configs pi05_tiny,pi05_small,lingbot_va]
+                                              [--placements own,shared] [--repeats 5]
+                                              [--workdir /tmp/bench_command_timing] [--no-write]
+
+Configs: pi05_tiny (config/pi05.yaml, its bundle bundles/pi05_tiny.gguf), pi05_small (config/pi05.yaml
+with the test/data/pi05_small record converted to a bundle, with the tiny checkpoint's tokenizer),
+lingbot_va (config/lingbot_va.yaml, bundles/lingbot_va_small.gguf). Placements: own
+(controller.own_process true, the default) and shared (false: the controller in the graph's
+process, as before). For each config, every placement runs `embodied-ros up --composed` for
+--duration seconds (each in a fresh process and ROS domain), one after the other, so they see the
+same machine load; then this process times each stage's call on its own (median of --repeats
+chunks, `embodied_ros.pipeline.timing`, the calls `bench_pi05.py` times) and gives each in-graph
+stage's compute p50 as a ratio of it.
+
+Period error is |interval - 20 ms| between consecutive commands: "tick" from the controller's
+send stamps, "arrival" from when the monitor of `up` received them (stamped by the middleware).
+The last line printed is one JSON object with every number.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+CONFIGS = {
+    "pi05_tiny": ("config/pi05.yaml", None),
+    "pi05_small": ("config/pi05.yaml", "pi05_small"),
+    "lingbot_va": ("config/lingbot_va.yaml", None),
+}
+PLACEMENTS = {"own": True, "shared": False}
+SMALL_RECORD = common.REPO_ROOT / "test" / "data" / "pi05_small"
+TOKENIZER = common.REPO_ROOT / "test" / "data" / "pi05_tiny_checkpoint" / "checkpoint" / "tokenizer.model"
+SECTION = "command_timing"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds each graph runs after start-up")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
+    parser.add_argument("--placements", default=",".join(PLACEMENTS),
+                        help=f"comma-separated, of {', '.join(PLACEMENTS)}")
+    parser.add_argument("--repeats", type=int, default=5, help="chunks timed per stage outside the graph")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_command_timing"))
+    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = parser.parse_args(argv)
+    args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    args.placements = [p.strip() for p in args.placements.split(",") if p.strip()]
+    if not args.configs or set(args.configs) - set(CONFIGS):
+        parser.error(f"--configs takes {', '.join(CONFIGS)}; got {args.configs}")
+    if not args.placements or set(args.placements) - set(PLACEMENTS):
+        parser.error(f"--placements takes {', '.join(PLACEMENTS)}; got {args.placements}")
+    if args.duration < 5 or args.repeats < 1:
+        parser.error("--duration must be >= 5 s and --repeats >= 1")
+    return args
+
+
+def small_bundle(workdir: Path) -> Path:
+    """test/data/pi05_small as a bundle that can drive the graph (it needs a tokenizer), made once."""
+    path = workdir / "pi05_small.gguf"
+    if not path.is_file():
+        workdir.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "embodied_ros.cli.main", "bundle", "convert", str(SMALL_RECORD),
+                        str(path), "--tokenizer", str(TOKENIZER), "--no-progress"], check=True)
+    return path
+
+
+def run_graph(config_path: Path, bundle: Path | None, own_process: bool, duration_s: float, domain_id: int,
+              workdir: Path) -> dict:
+    """One `embodied-ros up --composed` run; its JSON report."""
+    report = Path(tempfile.mkstemp(prefix="up_", suffix=".json", dir=workdir)[1])
+    command = [sys.executable, "-m", "embodied_ros.cli.main", "up", str(config_path), "--composed",
+               "--duration", str(duration_s), "--summary-period", "10", "--domain-id", str(domain_id),
+               "--set", f"controller.own_process={str(own_process).lower()}", "--report-json", str(report)]
+    if bundle is not None:
+        command += ["--bundle", str(bundle)]
+    finished = subprocess.run(command, capture_output=True, text=True, cwd=common.REPO_ROOT)
+    if finished.returncode != 0 or not report.read_text():
+        raise RuntimeError(f"{' '.join(command)} exited with {finished.returncode}:\n{finished.stdout[-3000:]}"
+                           f"\n{finished.stderr[-3000:]}")
+    return json.loads(report.read_text())
+
+
+def standalone_stages(config_path: Path, bundle: Path | None, repeats: int) -> dict[str, float]:
+    from embodied_ros.node_infra.config import load_config
+    from embodied_ros.nodes.runtime_cache import acquire_runtime
+    from embodied_ros.pipeline.timing import stage_times_ms
+
+    config = load_config(config_path, {"bundle": str(bundle)} if bundle is not None else {})
+    return stage_times_ms(acquire_runtime(config), repeats)
+
+
+def row_of(name: str, placement: str, report: dict, alone: dict[str, float]) -> dict:
+    commands, stages = report["commands"], report["stages"]
+    row = {"config": name, "controller": placement, "commands": int(commands["commands"]),
+           "rate_hz": round(commands["rate_hz"], 2)}
+    for source in ("tick", "arrival"):
+        for q in ("p50", "p99"):
+            row[f"{source}_err_{q}_ms"] = round(commands[f"{source}_period_error_ms_{q}"], 3)
+    for stage, alone_ms in alone.items():
+        in_graph = stages.get(stage, {}).get("compute_ms_p50", float("nan"))
+        row[f"{stage}_ms"] = round(in_graph, 2)
+        row[f"{stage}_alone_ms"] = round(alone_ms, 2)
+        row[f"{stage}_ratio"] = round(in_graph / alone_ms, 3) if alone_ms > 0 else float("nan")
+    row["holds"] = sum(report["hold_reasons"].values())
+    return row
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    machine = common.machine_description()
+    print(f"machine: {common.machine_line(machine)}", flush=True)
+    print(f"cpu flags: {cpu_features()}", flush=True)
+    domain_id = 100 + os.getpid() % 100  # away from other graphs on this machine
+    rows = []
+    for name in args.configs:
+        config_file, bundle_kind = CONFIGS[name]
+        config_path = common.REPO_ROOT / config_file
+        bundle = small_bundle(args.workdir) if bundle_kind == "pi05_small" else None
+        reports = {}
+        for placement in args.placements:
+            reports[placement] = run_graph(config_path, bundle, PLACEMENTS[placement], args.duration, domain_id,
+                                           args.workdir)
+            domain_id += 1
+        alone = standalone_stages(config_path, bundle, args.repeats)
+        for placement, report in reports.items():
+            rows.append(row_of(name, placement, report, alone))
+            print(json.dumps(rows[-1]), flush=True)
+    columns = ["config", "controller", "commands", "rate_hz", "tick_err_p50_ms", "tick_err_p99_ms",
+               "arrival_err_p50_ms", "arrival_err_p99_ms", "action_ms", "action_alone_ms", "action_ratio", "holds"]
+    table = common.markdown_table(rows, columns)
+    print(table)
+    if not args.no_write:
+        common.write_section(common.BENCHMARKS_MD, SECTION, table + "\n\n" + NOTE, command=common.command_line(),
+                             machine=common.machine_line(machine))
+    print(json.dumps({"machine": machine["cpu_model"], "duration_s": args.duration, "rows": rows}))
+    return 0
+
+
+NOTE = ("Period error: |interval - 20 ms| between consecutive commands, from the controller's send stamps "
+        "(tick) and from their reception by `up`'s monitor (arrival), over the whole run after start-up. "
+        "action_ms: the action stage's compute p50 inside the graph; action_alone_ms: the same call "
+        "timed alone in one thread (median); ratio = in graph / alone. `controller` own: "
+        "controller.own_process true (the default); shared: the controller in the graph's process. "
+        "The machine line gives the load average at the start: on a machine shared with other jobs the "
+        "absolute numbers say little, the rows side by side still compare the placements.")
+
+
+def cpu_features() -> str:
+    """The CPU's vector extensions (what the kernels can use)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return "unknown"
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
+    return " ".join(flag for flag in wanted if flag in flags) or "none of " + ",".join(wanted)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

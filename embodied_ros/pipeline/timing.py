@@ -1,0 +1,70 @@
+"""What each stage of a runtime costs on its own: the reference the graph's stage compute times are
+held against (the same calls `bench_pi05.py` times, with no graph around them)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from embodied_ros.pipeline.stages import Runtime
+from embodied_ros.pipeline.types import Observation
+
+GRAPH_STAGES = ("perception", "prefix", "world", "action")  # node names of encode, build_prefix, predict_world, act
+
+
+def sample_observation(runtime: Runtime, seed: int = 0) -> Observation:
+    """Random images and state of the model's sizes (the cost of a stage does not depend on the values)."""
+    spec = runtime.spec
+    rng = np.random.default_rng(seed)
+    height, width = spec.image_size
+    images = {name: rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for name in spec.camera_names}
+    state = rng.uniform(-1, 1, len(spec.state_names)).astype(np.float32)
+    return Observation(stamp_ns=time.time_ns(), images=images, state=state, instruction="pick up the red cube")
+
+
+def stage_times_ms(runtime: Runtime, repeats: int = 5, observation: Observation | None = None) -> dict[str, float]:
+    """Median wall time (ms) of each stage's call over `repeats` chunks, run one after another on a
+    thread of their own (as a graph stage runs on its executor's thread), keyed by the graph's node
+    names; models without a world model have no "world".
+
+    Not on the calling thread: with numba's OpenMP threading layer, the same calls from the main
+    thread of a loaded 2-core machine took 5-10x as long as from any other thread."""
+    observation = observation or sample_observation(runtime)
+    outcome: dict[str, object] = {}
+
+    def timed() -> None:
+        try:
+            outcome["runs"] = _time_stages(runtime, repeats, observation)
+        except BaseException as error:  # re-raised on the caller's thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=timed, name="stage-timing")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return {stage: float(np.median(values)) for stage, values in outcome["runs"].items()}
+
+
+def _time_stages(runtime: Runtime, repeats: int, observation: Observation) -> dict[str, list[float]]:
+    spec = runtime.spec
+    runs: dict[str, list[float]] = {stage: [] for stage in GRAPH_STAGES}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        embeddings = runtime.encode(observation)
+        encoded = time.perf_counter()
+        prefix = runtime.build_prefix(embeddings, observation)
+        prefixed = time.perf_counter()
+        world = runtime.predict_world(prefix, np.zeros(spec.world_noise_shape, np.float32)
+                                      if spec.has_world_model else None)
+        predicted = time.perf_counter()
+        runtime.act(prefix, world, np.zeros(spec.noise_shape, np.float32))
+        acted = time.perf_counter()
+        for stage, seconds in zip(GRAPH_STAGES, (encoded - start, prefixed - encoded, predicted - prefixed,
+                                                 acted - predicted)):
+            runs[stage].append(seconds * 1e3)
+    if not spec.has_world_model:
+        del runs["world"]
+    return runs

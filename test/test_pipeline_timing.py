@@ -1,0 +1,41 @@
+"""Each stage timed alone (the reference for the graph's stage compute times)."""
+
+import time
+
+from embodied_ros.pipeline.timing import sample_observation, stage_times_ms
+from fake_runtime import FakeRuntime
+
+
+class _SlowAct(FakeRuntime):
+    def act(self, prefix, world, noise=None):
+        time.sleep(0.02)
+        return super().act(prefix, world, noise)
+
+
+def test_every_stage_is_timed_on_the_models_inputs():
+    runtime = _SlowAct(has_world_model=True)
+    times = stage_times_ms(runtime, repeats=3)
+    assert set(times) == {"perception", "prefix", "world", "action"}
+    assert times["action"] >= 20.0 > times["perception"]
+    assert [stage for stage, _ in runtime.calls[:4]] == ["perception", "prefix", "world", "action"]
+    assert len(runtime.calls) == 12
+
+
+def test_a_model_without_a_world_model_has_no_world_time():
+    runtime = FakeRuntime()
+    assert set(stage_times_ms(runtime, repeats=1)) == {"perception", "prefix", "action"}
+    observation = sample_observation(runtime)
+    assert set(observation.images) == set(runtime.spec.camera_names)
+    assert observation.images["front"].shape == (*runtime.spec.image_size, 3)
+    assert observation.state.shape == (len(runtime.spec.state_names),)
+
+
+def test_a_failing_stage_raises_on_the_callers_thread():
+    import pytest
+
+    class _Broken(FakeRuntime):
+        def encode(self, observation):
+            raise RuntimeError("no such camera")
+
+    with pytest.raises(RuntimeError, match="no such camera"):
+        stage_times_ms(_Broken(), repeats=1)
