@@ -18,6 +18,7 @@ import numpy as np
 from embodied_ros.backbone import qwen3_vl
 from embodied_ros.heads import groot_dit
 from embodied_ros.kernels import KernelSet
+from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.models.groot.config import GrootConfig
 from embodied_ros.models.groot.weights import check_weights
 
@@ -26,6 +27,13 @@ from embodied_ros.models.groot.weights import check_weights
 class Backbone:
     features: np.ndarray  # [L, d] output of the last kept LM layer
     image_mask: np.ndarray  # [L] rows that are image tokens
+
+
+def _float32(weight: Any) -> np.ndarray:
+    """Quantized bundle tensors are expanded once: the head reads embodiment weights as x @ W[e]."""
+    if isinstance(weight, QuantTensor):
+        return weight.dequantize()
+    return np.ascontiguousarray(weight, dtype=np.float32)
 
 
 def _layers(weights: Mapping[str, Any], prefix: str, depth: int) -> list[dict[str, Any]]:
@@ -38,7 +46,7 @@ class GrootModel:
         check_weights(weights, config)
         self.config = config
         self.ks = KernelSet(backend)
-        self.weights = {name: np.ascontiguousarray(w, dtype=np.float32) for name, w in weights.items()}
+        self.weights = {name: _float32(w) for name, w in weights.items()}
         self.vision_layers = _layers(self.weights, "vision.blk", config.vision.depth)
         self.lm_layers = _layers(self.weights, "lm.blk", config.text.depth)
         self.vl_layers = _layers(self.weights, "head.vl", config.head.vl_depth)
