@@ -14,6 +14,7 @@ from embodied_ros.models.groot import convert, parity
 from embodied_ros.models.groot.runtime import load_model
 
 RECORD = Path(__file__).parent / "data" / "groot_tiny"
+ASIDE = Path(__file__).parent / "data" / "extra" / "groot_aside"  # other shapes, see its README
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,11 @@ def test_parity_command_within_1e4(backend, capsys):
     out = capsys.readouterr().out
     assert "within tolerance 0.0001 (f32)" in out
     assert float(out.strip().splitlines()[-1].split("=")[1]) < 1e-4
+
+
+def test_parity_on_the_record_kept_aside(capsys):
+    assert main(["parity", str(ASIDE), "--backend", "numpy"]) == 0
+    assert float(capsys.readouterr().out.strip().splitlines()[-1].split("=")[1]) < 1e-4
 
 
 def test_parity_with_bf16_weights_uses_that_types_tolerance(capsys):
