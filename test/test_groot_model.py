@@ -109,3 +109,31 @@ def test_bad_inputs_are_clear_errors(model, cases):
         model.sample_actions(backbone, cases["case0_state"], cases["case0_noise"][:3], 1)
     with pytest.raises(ValueError, match="state"):
         model.sample_actions(backbone, cases["case0_state"][:6], cases["case0_noise"], 1)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_pixel_rows_from_uint8_views(model, cases, k):
+    vision = model.config.vision
+    rows, grids = zip(*(qwen3_vl.pixel_rows(view, vision.patch_size, vision.temporal_patch_size,
+                                            vision.spatial_merge_size) for view in cases[f"case{k}_images_uint8"]))
+    assert list(grids) == _grids(cases, k)
+    np.testing.assert_allclose(np.concatenate(rows), cases[f"case{k}_pixel_values"], atol=1e-6, rtol=0)
+
+
+def test_pixel_rows_refuse_bad_images():
+    with pytest.raises(ValueError, match="multiple of patch"):
+        qwen3_vl.pixel_rows(np.zeros((40, 64, 3), np.uint8), 16, 2, 2)
+    with pytest.raises(ValueError, match="uint8"):
+        qwen3_vl.pixel_rows(np.zeros((64, 64, 3), np.float32), 16, 2, 2)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_prompt_layout_matches_the_record(model, cases, k):
+    from embodied_ros.models.groot.prompt import prompt_ids
+
+    ids, tokens = cases[f"case{k}_input_ids"], model.config.tokens
+    grids = _grids(cases, k)
+    view_tokens = [gh * gw // model.config.vision.merge_rows for gh, gw in grids]
+    task_start = 3 + sum(n + 2 for n in view_tokens)
+    rebuilt = prompt_ids(tokens, ids[1:3], view_tokens, ids[task_start:-2], ids[-1:])
+    np.testing.assert_array_equal(rebuilt, ids)
