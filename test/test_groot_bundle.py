@@ -95,3 +95,10 @@ def test_missing_tensors_are_a_clear_error(tmp_path):
     save_file(tensors, folder / "model.safetensors")
     with pytest.raises(ValueError, match="groot weights lack 1 tensors"):
         convert.read_checkpoint(folder)
+
+
+def test_the_graph_runtime_is_refused_with_a_clear_error(bundle_path):
+    from embodied_ros.pipeline.stages import load_runtime
+
+    with pytest.raises(ValueError, match="model space only"):
+        load_runtime(bundle_path)
