@@ -203,3 +203,27 @@ class GrootConfig:
                             vision_end=ids["vision_end_token_id"], im_start=ids["im_start_id"], im_end=ids["im_end_id"]),
             state_dim=data["state_dim"], action_dim=data["action_dim"],
             camera_names=tuple(data.get("camera_names", ())))
+
+
+def block_kinds(num_layers: int, attend_text_every_n_blocks: int = 2) -> tuple[str, ...]:
+    """DiT block kinds: odd blocks self-attend; even block b cross-attends to the text rows when
+    b % (2 * attend_text_every_n_blocks) == 0, else to the image rows."""
+    return tuple("self_attn" if b % 2 else
+                 "cross_attn_text" if b % (2 * attend_text_every_n_blocks) == 0 else "cross_attn_image"
+                 for b in range(num_layers))
+
+
+def n1_7_config(state_dim: int, action_dim: int, camera_names: tuple[str, ...] = ()) -> GrootConfig:
+    """Full-size GR00T N1.7 as LeRobot 0.6.1 builds it (test/data/groot_n1_7_shapes.json)."""
+    return GrootConfig(
+        vision=QwenVisionConfig(width=1024, depth=24, mlp_dim=4096, num_heads=16, patch_size=16,
+                                temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=2304,
+                                deepstack_indexes=(5, 11, 17), out_dim=2048),
+        text=QwenTextConfig(width=2048, depth=16, mlp_dim=6144, num_heads=16, num_kv_heads=8, head_dim=128,
+                            vocab_size=151936, mrope_section=(24, 20, 20), rope_theta=5e6),
+        head=ActionHeadConfig(backbone_width=2048, hidden_size=1024, width=1536, num_heads=32, head_dim=48,
+                              block_kinds=block_kinds(32), vl_depth=4, vl_num_heads=32, vl_head_dim=64,
+                              max_seq_len=1024, num_embodiments=32, horizon=40, max_state_dim=132,
+                              max_action_dim=132, num_inference_steps=4),
+        tokens=TokenIds(image=151655, vision_start=151652, vision_end=151653, im_start=151644, im_end=151645),
+        state_dim=state_dim, action_dim=action_dim, camera_names=camera_names)
