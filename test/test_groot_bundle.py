@@ -1,6 +1,7 @@
 """GR00T N1.7 checkpoints -> bundles: `bundle convert` with a reference record, `bundle verify`,
 `parity`, family detection and clear errors for foreign or broken input."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -102,3 +103,37 @@ def test_the_graph_runtime_is_refused_with_a_clear_error(bundle_path):
 
     with pytest.raises(ValueError, match="model space only"):
         load_runtime(bundle_path)
+
+
+def test_a_save_that_kept_only_the_tied_lm_head_converts(tmp_path):
+    folder = tmp_path / "record"
+    shutil.copytree(RECORD, folder)
+    tensors = load_file(folder / "model.safetensors")
+    embed = "_groot_model.backbone.model.model.language_model.embed_tokens.weight"
+    tensors["_groot_model.backbone.model.lm_head.weight"] = tensors.pop(embed)
+    save_file(tensors, folder / "model.safetensors")
+    assert main(["parity", str(folder), "--backend", "numpy"]) == 0
+
+
+LEROBOT_CONFIG = {"type": "groot", "chunk_size": 40, "max_state_dim": 132, "max_action_dim": 132,
+                  "input_features": {"observation.images.front": {"type": "VISUAL", "shape": [3, 256, 256]},
+                                     "observation.images.wrist": {"type": "VISUAL", "shape": [3, 256, 256]},
+                                     "observation.state": {"type": "STATE", "shape": [7]}},
+                  "output_features": {"action": {"type": "ACTION", "shape": [6]}}}
+
+
+def test_a_lerobot_save_config_gives_full_size_n1_7_with_its_features():
+    config = convert.config_from_lerobot(LEROBOT_CONFIG)
+    assert config.camera_names == ("observation.images.front", "observation.images.wrist")
+    assert (config.state_dim, config.action_dim) == (7, 6)
+    assert (config.text.width, config.text.depth, config.head.depth, config.head.horizon) == (2048, 16, 32, 40)
+
+
+def test_a_lerobot_save_with_other_sizes_is_a_clear_error(tmp_path):
+    folder = tmp_path / "save"
+    folder.mkdir()
+    shutil.copy(RECORD / "model.safetensors", folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps(LEROBOT_CONFIG))
+    assert convert.detect(folder) and families.detect_family(folder) == "groot"
+    with pytest.raises(ValueError, match="must hold full-size N1.7 weights"):
+        convert.read_checkpoint(folder)

@@ -1,9 +1,17 @@
 """GR00T N1.7 checkpoint -> bundle.
 
-Source: a folder with `model.safetensors` in LeRobot's parameter naming (`GrootPolicy.state_dict()`,
-see weights.py) and a `config.json` that lists every dimension: the format of the reference records
-(test/data/groot_tiny; its keys are described in /work/shared/fixtures/README.md "GR00T N1.7 set").
-LM layers past select_layer and the LM's final norm / lm_head are dropped.
+Two source layouts, both a folder with `model.safetensors` in LeRobot's parameter naming
+(`GrootPolicy.state_dict()`, see weights.py):
+
+reference record  config.json lists every dimension (test/data/groot_tiny; its keys are described
+                  in docs/reference.md).
+LeRobot save      `policy.save_pretrained` output: config.json is a `GrootConfig` ("type": "groot")
+                  without model sizes. LeRobot builds N1.7 at one size only, so the dimensions are
+                  the full-size ones (config.n1_7_config), checked against every tensor's shape; the
+                  state and action widths and the cameras come from its input and output features.
+
+LM layers past select_layer and the LM's final norm / lm_head are dropped; a save that kept only the
+tied lm_head gives the token embeddings.
 
 Weights are stored per the quantization plan by group: vision, lm, embedding (the token table),
 head. The model computes in float32 and expands quantized tensors once at load (model.py).
@@ -19,7 +27,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file
 
-from embodied_ros.models.groot.config import GrootConfig
+from embodied_ros.models.groot.config import GrootConfig, n1_7_config
 from embodied_ros.models.groot.weights import check_weights, from_lerobot
 
 ARCHITECTURE = "groot"
@@ -48,7 +56,20 @@ def detect(source: Path) -> bool:
     if not (source / WEIGHTS_FILE).is_file():
         return False
     config = _read_config(source)
-    return isinstance(config, dict) and {"vision", "text_model", "action_head", "special_token_ids"} <= set(config)
+    if not isinstance(config, dict):
+        return False
+    return config.get("type") == "groot" or {"vision", "text_model", "action_head", "special_token_ids"} <= set(config)
+
+
+def config_from_lerobot(raw: dict[str, Any]) -> GrootConfig:
+    """The config of a LeRobot save: full-size N1.7 with the save's state, action and camera features."""
+    features = raw.get("input_features", {})
+    cameras = tuple(key for key, feature in features.items() if feature.get("type") == "VISUAL")
+    state_dim = int(features.get("observation.state", {}).get("shape", [0])[0])
+    action_dim = int(raw.get("output_features", {}).get("action", {}).get("shape", [0])[0])
+    if not cameras or not state_dim or not action_dim:
+        raise ValueError("the LeRobot GR00T config names no cameras, state or action features")
+    return n1_7_config(state_dim, action_dim, cameras)
 
 
 def tensor_group(name: str) -> str:
@@ -60,12 +81,19 @@ def read_checkpoint(source: Path) -> Checkpoint:
     if not detect(source):
         raise ValueError(f"{source}: not a GR00T N1.7 checkpoint folder (needs {WEIGHTS_FILE} in LeRobot "
                          f"GrootPolicy naming and a {CONFIG_FILE} with vision, text_model and action_head)")
+    raw = _read_config(source)
+    lerobot_save = raw.get("type") == "groot"
     try:
-        config = GrootConfig.from_fixture_json(_read_config(source))
-    except (KeyError, TypeError) as error:
+        config = config_from_lerobot(raw) if lerobot_save else GrootConfig.from_fixture_json(raw)
+    except (KeyError, TypeError, IndexError) as error:
         raise ValueError(f"{source / CONFIG_FILE}: incomplete GR00T config ({error})") from None
     weights = from_lerobot(load_file(str(source / WEIGHTS_FILE)), config.text.depth)
-    check_weights(weights, config)
+    try:
+        check_weights(weights, config)
+    except ValueError as error:
+        if not lerobot_save:
+            raise
+        raise ValueError(f"{source}: a LeRobot GR00T save must hold full-size N1.7 weights: {error}") from None
     return Checkpoint(config, weights, str(source))
 
 

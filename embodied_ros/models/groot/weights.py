@@ -29,6 +29,8 @@ import numpy as np
 _VISUAL = r"_groot_model\.backbone\.model\.model\.visual\."
 _LM = r"_groot_model\.backbone\.model\.model\.language_model\."
 _HEAD = r"_groot_model\.action_head\."
+_LM_HEAD = "_groot_model.backbone.model.lm_head.weight"
+_EMBED = "_groot_model.backbone.model.model.language_model.embed_tokens.weight"
 
 _VISION_BLOCK = {"norm1": "ln1", "norm2": "ln2", "attn.qkv": "attn_qkv", "attn.proj": "attn_out",
                  "mlp.linear_fc1": "fc1", "mlp.linear_fc2": "fc2"}
@@ -50,7 +52,7 @@ def _rules() -> list[tuple[re.Pattern, str | None]]:
         (_VISUAL + r"pos_embed\.weight", "vision.position"),
         (_LM + r"embed_tokens\.weight", "lm.token_embd"),
         (_LM + r"norm\.weight", None),
-        (r"_groot_model\.backbone\.model\.lm_head\.weight", None),
+        (re.escape(_LM_HEAD), None),
         (_HEAD + r"vlln\.(weight|bias)", r"head.vlln.\1"),
         (_HEAD + r"position_embedding\.weight", "head.position"),
         (_HEAD + r"model\.timestep_encoder\.timestep_embedder\.linear_(1|2)\.(weight|bias)", r"head.time.\1.\2"),
@@ -94,6 +96,8 @@ def runtime_name(lerobot_name: str) -> str | None:
 def from_lerobot(state_dict: Mapping[str, Any], lm_depth: int | None = None) -> dict[str, np.ndarray]:
     """LeRobot `GrootPolicy.state_dict()` -> runtime tensors (LM layers >= lm_depth dropped)."""
     unknown, renamed = [], {}
+    if _LM_HEAD in state_dict and _EMBED not in state_dict:  # a tied save that kept only lm_head
+        state_dict = {**state_dict, _EMBED: state_dict[_LM_HEAD]}
     for name, tensor in state_dict.items():
         try:
             ours = runtime_name(name)
