@@ -14,6 +14,7 @@ PI0_SETS = ["pi0_three_cam_gqa"]  # pi0.5's files and arrays plus the state (pi0
 WAN_SETS = ["wan_block_dim96", "wan_block_dim48"]
 RTC_SETS = ["pi05_rtc_aside"]  # real-time chunking (docs/reference.md)
 SMOLVLA_SETS = ["smolvla_three_cam_gqa"]
+GROOT_SETS = ["groot_aside"]
 MAX_SET_BYTES = 2 * 2**20
 
 PI05_CONFIG_KEYS = ["vision", "projector", "language_model", "expert", "chunk_size", "max_action_dim",
@@ -41,7 +42,7 @@ def load_set(name, weights_file):
 
 def test_every_set_and_spec_is_present_and_small():
     folders = sorted(p.name for p in EXTRA.iterdir() if p.is_dir() and p.name != "specs")
-    assert folders == sorted(PI05_SETS + PI0_SETS + WAN_SETS + RTC_SETS + SMOLVLA_SETS)
+    assert folders == sorted(PI05_SETS + PI0_SETS + WAN_SETS + RTC_SETS + SMOLVLA_SETS + GROOT_SETS)
     specs = sorted(p.stem for p in (EXTRA / "specs").glob("*.json"))
     assert specs == folders
     for name in folders:
@@ -215,3 +216,23 @@ def test_smolvla_config_matches_its_spec(name):
         assert cases[f"case{k}_images"].shape == (slots, 3, spec["image_size"], spec["image_size"])
         assert case["prefix_len"] == slots * config["connector"]["tokens_per_image"] + spec["tokenizer_max_length"] + 1
     assert config["determinism"]["two_runs_bit_identical_all_cases"] is True
+
+
+@pytest.mark.parametrize("name", GROOT_SETS)
+def test_groot_config_and_weights_match_its_spec(name):
+    config, cases, shapes, _ = load_set(name, "model.safetensors")
+    spec = json.loads((EXTRA / "specs" / f"{name}.json").read_text())
+    assert config["set"] == spec["name"] == name and config["select_layer"] == spec["select_layer"]
+    text, vision = config["text_model"], config["vision"]
+    for field in ("width", "mlp_dim", "num_heads", "num_kv_heads", "head_dim", "mrope_section"):
+        assert text[field] == spec["text"][field], field
+    for field in ("width", "depth", "mlp_dim", "num_heads", "patch_size", "deepstack_visual_indexes"):
+        assert vision[field] == spec["vision"][field], field
+    lm = "_groot_model.backbone.model.model.language_model."
+    assert shapes[lm + "layers.0.self_attn.k_proj.weight"] == (text["num_kv_heads"] * text["head_dim"], text["width"])
+    assert not any(k.startswith(lm + f"layers.{spec['select_layer']}.") for k in shapes)
+    horizon, max_action = spec["action_head"]["action_horizon"], spec["action_head"]["max_action_dim"]
+    for k, case in enumerate(spec["cases"]):
+        assert cases[f"case{k}_noise"].shape == (horizon, max_action)
+        assert cases[f"case{k}_actions"].shape == (horizon, spec["action_dim"])
+        assert cases[f"case{k}_image_grid_thw"].shape == (len(case["views"]), 3)
