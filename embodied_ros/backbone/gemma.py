@@ -25,6 +25,7 @@ import numpy as np
 
 from embodied_ros.backbone.prefix_cache import PrefixCacheBuilder
 from embodied_ros.kernels._gemm import PANEL, PackedWeight, pack_weight
+from embodied_ros.kernels.linear_bf16 import Bf16Weight, to_bf16_weight
 from embodied_ros.kernels.quant import QuantTensor
 
 if TYPE_CHECKING:
@@ -40,6 +41,10 @@ def row_slice(weight: Any, start: int, stop: int) -> Any:
         if start % PANEL:
             return pack_weight(weight.dense()[start:stop])
         return PackedWeight(weight.panels[start // PANEL:-(-stop // PANEL)], (stop - start, weight.shape[1]))
+    if isinstance(weight, Bf16Weight):
+        if start % PANEL:
+            return to_bf16_weight(weight.dense()[start:stop])
+        return Bf16Weight(weight.panels[start // PANEL:-(-stop // PANEL)], (stop - start, weight.shape[1]))
     return weight[start:stop]
 
 

@@ -28,6 +28,11 @@ from embodied_ros.sequence.normalize import QuantileStats
 from embodied_ros.sequence.tokenizer import PromptTokenizer
 
 
+# memory a chunk needs beside the weights (activations, prefix cache, packing buffers, numba's
+# compiled code); measured peak RSS of full-size pi0.5 less its weights stays under it
+WORKING_BYTES = 1 << 30
+
+
 class Pi05Runtime:
     def __init__(self, model: Pi05Model, tokenizer: PromptTokenizer | None = None,
                  state_stats: QuantileStats | None = None, action_stats: QuantileStats | None = None) -> None:
@@ -134,8 +139,13 @@ def load_runtime(bundle, backend: str = "numba", warm_up: bool = True) -> Pi05Ru
     """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped.
 
     With `warm_up` (the default) every kernel is compiled before this returns, so that no
-    compilation happens inside a control step (see Pi05Model.warm_up).
+    compilation happens inside a control step (see Pi05Model.warm_up). A bundle whose weights and
+    working memory do not fit in the memory available is refused (BundleMemoryError, one line).
     """
+    from embodied_ros.bundle.memory import check_fits
+
+    check_fits(bundle.weight_bytes + WORKING_BYTES, f"{bundle.path}: pi05 with {bundle.weight_bytes / 2**30:.1f} "
+               f"GiB of weights")
     robot = bundle.robot
     if robot is None:
         raise ValueError(f"{bundle.path}: pi05 bundle lacks robot metadata (state/action names, action period)")
