@@ -13,6 +13,7 @@ from embodied_ros.kernels import KernelSet
 from embodied_ros.kernels import linear as linear_module
 from embodied_ros.kernels._bf16_gemm import Bf16Weight
 from embodied_ros.kernels._gemm import PackedWeight
+from embodied_ros.kernels._int8_gemm import Q8Weight
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.models.pi05.model import prepare_weights
 
@@ -80,30 +81,37 @@ def test_sixteen_bit_weights_stay_sixteen_bit_when_prepared(tmp_path, monkeypatc
             resident = weight.panels.nbytes
         else:
             resident = weight.nbytes
-        assert resident <= stored * 64 / 40, name  # padding of the last panel only, never a float32 shadow
+        per_block = 40 / 34 if name.endswith("q8_0.weight") else 1  # int8 panels: 32 q + scale + sum per block
+        assert resident <= stored * per_block * 64 / 40, name  # + the last panel's padding; no float32 shadow
+    if linear_module.INT8_PRODUCTS:
+        assert isinstance(prepared["expert.blk.0.ffn_down.q8_0.weight"], Q8Weight)
     if linear_module.BF16_PRODUCTS:
         assert prepared["expert.blk.0.ffn_down.f16.weight"].dtype == np.float16  # F16 precision kept
         assert isinstance(prepared["expert.blk.0.ffn_down.bf16.weight"], Bf16Weight)
     monkeypatch.setattr(linear_module, "BF16_PRODUCTS", False)  # the fallback: decoded as packed, still 16-bit
+    monkeypatch.setattr(linear_module, "INT8_PRODUCTS", False)
     fallback = prepare_weights(named, pack=True)
+    assert isinstance(fallback["expert.blk.0.ffn_down.q8_0.weight"], QuantTensor)
     assert fallback["expert.blk.0.ffn_down.f16.weight"].dtype == np.float16
     assert isinstance(fallback["expert.blk.0.ffn_down.bf16.weight"], QuantTensor)
 
 
-@pytest.mark.parametrize("bf16_products", [False] + [True] * linear_module.BF16_PRODUCTS)  # units where present
-def test_sixteen_bit_products_match_float32_with_and_without_bf16_units(tmp_path, monkeypatch, bf16_products):
-    monkeypatch.setattr(linear_module, "BF16_PRODUCTS", bf16_products)
+@pytest.mark.parametrize("units", [False] + [True] * (linear_module.BF16_PRODUCTS and linear_module.INT8_PRODUCTS))
+def test_reduced_precision_products_match_float32_with_and_without_the_units(tmp_path, monkeypatch, units):
+    """With the CPU's bf16 / int8 units where it has them, and the fallback forced (today's paths)."""
+    monkeypatch.setattr(linear_module, "BF16_PRODUCTS", units)
+    monkeypatch.setattr(linear_module, "INT8_PRODUCTS", units)
     weights = _one_of_each(tmp_path)
     weights.pop("bundle")
     ks = KernelSet("numba")
     x = np.random.default_rng(4).standard_normal((50, 64), dtype=np.float32)
-    for qtype in ("f16", "bf16"):
+    for qtype, packed_type in (("f16", None), ("bf16", Bf16Weight), ("q8_0", Q8Weight)):
         stored = weights[f"{qtype}.weight"]
         values = stored.dequantize() if isinstance(stored, QuantTensor) else stored.astype(np.float32)
         prepared = linear_module.pack_for_products(stored)
-        on_bf16_units = bf16_products and qtype == "bf16"
-        assert isinstance(prepared, Bf16Weight) == on_bf16_units
+        on_units = units and packed_type is not None
+        assert on_units == (packed_type is not None and isinstance(prepared, packed_type)), qtype
         y = ks.linear(x, prepared)
         expected = x @ values.T
-        tolerance = 3e-2 if on_bf16_units else 1e-4  # x rounded to bf16 on the bf16 units
+        tolerance = 3e-2 if on_units else 1e-4  # x rounded to bf16 / quantized per block on the units
         assert np.abs(y - expected).max() <= tolerance * np.abs(expected).max(), qtype
