@@ -6,8 +6,9 @@ One Gemma-2B prefix layer (968 tokens) and one expert layer (50 action tokens ov
 cache), random weights (pi05_layers.py), stored as F32, BF16 and Q8_0, run through the runtime's
 layer functions with the products the CPU's features select at start-up (BF16: `vdpbf16ps` where
 AVX512-BF16 is present), interleaved; then torch_reference.py runs LeRobot's PiGemma layers in
-float32 and bfloat16 in its own process, in the same run. Writes BENCHMARKS.md section
-pi05_matrix_units.
+float32 and bfloat16 in its own process, in the same run. Before the layers, one expert-sized
+product (50 x 1024 -> 8192) per path, with numpy's float32 BLAS and, where `ml_dtypes` is
+importable, numpy on its bfloat16 type. Writes BENCHMARKS.md section pi05_matrix_units.
 """
 from __future__ import annotations
 
@@ -33,6 +34,34 @@ def cpu_features() -> str:
     return ", ".join(f"{name} {'yes' if features.get(name) else 'no'}" for name in wanted)
 
 
+def product_rows(ks, rng, repeats: int) -> list[dict]:
+    """One 50 x 1024 -> 8192 product per path, best of `repeats` after a warm-up."""
+    from embodied_ros.bundle.quantize import quantize
+    from embodied_ros.kernels.linear import pack_for_products
+    x = rng.standard_normal((50, 1024), dtype=np.float32)
+    w = rng.standard_normal((8192, 1024), dtype=np.float32) * np.float32(1024 ** -0.5)
+    paths = {f"embodied_ros {q.upper()} ({type(pack_for_products(quantize(w, q))).__name__})":
+             (lambda weight: lambda: ks.linear(x, weight))(pack_for_products(quantize(w, q))) for q in TYPES}
+    w_t = np.ascontiguousarray(w.T)
+    paths["numpy float32 matmul (BLAS)"] = lambda: x @ w_t
+    try:
+        import ml_dtypes
+        x_b, w_b = x.astype(ml_dtypes.bfloat16), w_t.astype(ml_dtypes.bfloat16)
+        paths[f"numpy bfloat16 matmul (ml_dtypes {ml_dtypes.__version__})"] = lambda: x_b @ w_b
+    except ImportError:
+        pass
+    rows = []
+    for name, run in paths.items():
+        run()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - start) * 1e3)
+        rows.append({"product 50 x 1024 -> 8192": name, "best ms": min(times), "runs ms": pi05_layers.ms_list(times)})
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -47,6 +76,7 @@ def main(argv=None) -> int:
     ks = KernelSet("numba")
     reuse_freed_memory()
     rng = np.random.default_rng(0)
+    products = product_rows(ks, rng, args.repeats)
     layers = [pi05_layers.BUILDERS[name](ks, rng, TYPES) for name in LAYERS]
     ours = {(layer.name, q): [] for layer in layers for q in TYPES}
     theirs = {(layer.name, d): [] for layer in layers for d in ("f32", "bf16")}
@@ -86,7 +116,8 @@ def main(argv=None) -> int:
         f"{args.threads} threads, {args.rounds} round(s) of {args.repeats} runs per type, the three stored types "
         "interleaved, then PyTorch f32 and bf16 in its own process (torch_reference.py). The machine is shared "
         "with other work while this runs: ratios inside one run are what to read, not absolute times.",
-        "", common.markdown_table(rows, ["layer", "implementation", "weights", "weights MiB", "median ms",
+        "", common.markdown_table(products), "",
+        common.markdown_table(rows, ["layer", "implementation", "weights", "weights MiB", "median ms",
                                          "vs own F32", "PyTorch f32 / this", "PyTorch bf16 / this", "runs ms"])])
     print(body)
     if not args.no_write:

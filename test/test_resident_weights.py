@@ -115,3 +115,23 @@ def test_reduced_precision_products_match_float32_with_and_without_the_units(tmp
         expected = x @ values.T
         tolerance = 3e-2 if on_units else 1e-4  # x rounded to bf16 / quantized per block on the units
         assert np.abs(y - expected).max() <= tolerance * np.abs(expected).max(), qtype
+
+
+def test_conversion_reads_the_checkpoint_lazily():
+    """Tensors are views of the safetensors file and stacked projections are made when written, so a
+    conversion holds about one tensor at a time."""
+    from safetensors.numpy import load_file
+
+    from embodied_ros.bundle.source import Stacked, map_safetensors
+    from embodied_ros.models.pi05.weights import from_lerobot
+
+    path = REPO / "test" / "data" / "pi05_tiny" / "model.safetensors"
+    mapped, loaded = map_safetensors(path), load_file(str(path))
+    assert mapped.keys() == loaded.keys()
+    for name, tensor in mapped.items():
+        assert isinstance(tensor.base, np.memmap) or isinstance(tensor, np.memmap), name
+        np.testing.assert_array_equal(tensor, loaded[name])
+    weights = from_lerobot(mapped)
+    stacked = weights["lm.blk.0.attn_qkv.weight"]
+    assert isinstance(stacked, Stacked)
+    np.testing.assert_array_equal(np.asarray(stacked), np.asarray(from_lerobot(loaded)["lm.blk.0.attn_qkv.weight"]))

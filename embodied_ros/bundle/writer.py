@@ -23,6 +23,7 @@ from embodied_ros.bundle import layout
 from embodied_ros.bundle.plan import QuantPlan
 from embodied_ros.bundle.quantize import quantize
 from embodied_ros.bundle.records import ReferenceRecord, RobotMetadata
+from embodied_ros.bundle.source import Stacked, release
 from embodied_ros.kernels.quant import QUANT_TYPES, QuantTensor
 
 
@@ -93,7 +94,8 @@ class BundleWriter:
         if isinstance(weight, QuantTensor):
             self._weights[name] = _Entry(name, weight, weight.qtype)
             return
-        weight = np.asarray(weight)
+        if not isinstance(weight, Stacked):
+            weight = np.asarray(weight)
         if weight.dtype.kind != "f" or weight.size == 0:
             raise ValueError(f"weight {name!r}: expected a non-empty float array, got {weight.dtype} {weight.shape}")
         if qtype is None:
@@ -200,6 +202,7 @@ class BundleWriter:
             for entry in entries:
                 bar.set_postfix_str(f"{entry.name} -> {entry.qtype}", refresh=False)
                 writer.write_tensor_data(_encoded(entry))
+                release(entry.source.data if isinstance(entry.source, QuantTensor) else entry.source)
                 bar.update(entry.nbytes())
         finally:
             bar.close()

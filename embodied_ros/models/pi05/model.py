@@ -40,6 +40,8 @@ def prepare_weights(weights: Mapping[str, Any], pack: bool = False) -> dict[str,
     prepared = {}
     for name, weight in weights.items():
         product = is_linear_weight(name)
+        if not isinstance(weight, QuantTensor):
+            weight = np.asarray(weight)  # a Stacked checkpoint tensor is concatenated here
         if isinstance(weight, QuantTensor):
             stored = weight if product or name == "lm.token_embd" else weight.dequantize()
         elif weight.dtype == np.float16 and (product or name == "lm.token_embd"):
