@@ -13,8 +13,8 @@ through the runtime's own layer functions (the code Pi05Model runs):
 
 Weights are drawn like the reference records' (randn * in_features^-0.5 for matrices, 0.1 * randn
 for vectors) and stored as float32, Q8_0 or Q4_K with the converter's rule: a matrix whose input
-width is not a multiple of the type's block falls back (q4_k -> q8_0 -> f16; f16 is expanded to
-float32 once, as Bundle.weight does).
+width is not a multiple of the type's block falls back (q4_k -> q8_0 -> f16; f16 stays f16, as
+Bundle.weight hands it out).
 """
 from __future__ import annotations
 
@@ -68,8 +68,8 @@ def _store(weights: dict[str, np.ndarray], qtype: str) -> tuple[dict, list[str],
         stored = quantize(w, kind)
         types.add(kind)
         nbytes += stored.nbytes
-        out[name] = pack_for_products(stored if isinstance(stored, QuantTensor) else
-                                      np.ascontiguousarray(stored, np.float32))
+        out[name] = pack_for_products(stored if isinstance(stored, QuantTensor) or stored.dtype == np.float16
+                                      else np.ascontiguousarray(stored, np.float32))
     return out, sorted(types), nbytes / 2**20
 
 
