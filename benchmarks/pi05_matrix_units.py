@@ -115,7 +115,10 @@ def main(argv=None) -> int:
         f"CPU features: {cpu_features()}. BF16 products on AVX512-BF16: {linear.BF16_PRODUCTS}. "
         f"{args.threads} threads, {args.rounds} round(s) of {args.repeats} runs per type, the three stored types "
         "interleaved, then PyTorch f32 and bf16 in its own process (torch_reference.py). The machine is shared "
-        "with other work while this runs: ratios inside one run are what to read, not absolute times.",
+        "with other work while this runs (load average in the Machine line, on 2 cores): ratios inside one run are "
+        "what to read, not absolute times, and PyTorch's OpenMP pool loses more than this runtime's to an "
+        "oversubscribed CPU. The ml_dtypes row appears where ml_dtypes is importable (it is not a dependency; here "
+        "from a side directory on PYTHONPATH).",
         "", common.markdown_table(products), "",
         common.markdown_table(rows, ["layer", "implementation", "weights", "weights MiB", "median ms",
                                          "vs own F32", "PyTorch f32 / this", "PyTorch bf16 / this", "runs ms"])])

@@ -65,7 +65,10 @@ def main(argv=None) -> int:
     body = "\n".join([
         f"test/data/pi05_small (3 cases), `embodied-ros bench --repeats {args.repeats}` per stored type, each in its "
         f"own process, {args.threads} threads; then PyTorch f32 on case 0 in its own process, in the same run. "
-        "The machine is shared with other work while this runs: read the ratios within the run.",
+        "The machine is shared with other work while this runs (load average in the Machine line, on 2 cores): "
+        "read the ratios within the run, and not the PyTorch ones as they would be on a quiet machine: its "
+        "OpenMP pool loses far more than this runtime's to an oversubscribed CPU (pi05_small section above: "
+        "3x on a quiet one).",
         "", common.markdown_table(rows, columns)])
     print(body)
     if not args.no_write:
