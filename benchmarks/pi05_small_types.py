@@ -55,7 +55,8 @@ def main(argv=None) -> int:
         result = common.run_torch_reference("pi05_small", repeats=args.repeats, warmup=1, threads=args.threads)
         total = next(m for m in result["measurements"] if m["name"] == "total")
         rows.append({"implementation": "PyTorch (LeRobot PI05Policy)", "weights": "F32",
-                     "chunk ms (median)": total["median_ms"], "max abs action error": result.get("max_abs_err_vs_record"),
+                     "chunk ms (median)": total["median_ms"],
+                     "max abs action error": result.get("max_abs_err_vs_record"),
                      "peak RSS MiB": result.get("memory", {}).get("peak_rss_mb")})
         torch_ms = total["median_ms"]
         for row in rows[:-1]:

@@ -81,13 +81,15 @@ def tile_q8(typingctx, rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_
             b = loop.index
             sums = [[zero_i, zero_i] for _ in range(n_rows)]
             for step in range(8):
-                w_start = builder.add(builder.mul(b, ir.Constant(i64, _BLOCK_BYTES)), ir.Constant(i64, step * PANEL * 4))
+                w_start = builder.add(builder.mul(b, ir.Constant(i64, _BLOCK_BYTES)),
+                                      ir.Constant(i64, step * PANEL * 4))
                 w = [load(wq, builder.add(w_start, ir.Constant(i64, 64 * h)), ints) for h in range(2)]
                 for r in range(n_rows):
-                    x_offset = builder.add(builder.mul(ldq, ir.Constant(i64, r)),
-                                           builder.add(builder.mul(b, ir.Constant(i64, BLOCK)), ir.Constant(i64, 4 * step)))
+                    k = builder.add(builder.mul(b, ir.Constant(i64, BLOCK)), ir.Constant(i64, 4 * step))
+                    x_offset = builder.add(builder.mul(ldq, ir.Constant(i64, r)), k)
                     quad = load(xq, x_offset, i32)
-                    x = builder.shuffle_vector(builder.insert_element(undef_i, quad, ir.Constant(i32, 0)), undef_i, splat)
+                    x = builder.shuffle_vector(builder.insert_element(undef_i, quad, ir.Constant(i32, 0)), undef_i,
+                                               splat)
                     for h in range(2):
                         sums[r][h] = builder.call(dot, [sums[r][h], x, w[h]])
             for h in range(2):
@@ -97,7 +99,8 @@ def tile_q8(typingctx, rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_
                 for r in range(n_rows):
                     index = builder.add(builder.mul(ldd, ir.Constant(i64, r)), b)
                     dx = builder.load(builder.gep(xd, [index]))
-                    dx = builder.shuffle_vector(builder.insert_element(undef_f, dx, ir.Constant(i32, 0)), undef_f, splat)
+                    dx = builder.shuffle_vector(builder.insert_element(undef_f, dx, ir.Constant(i32, 0)), undef_f,
+                                                splat)
                     exact = builder.sitofp(builder.sub(sums[r][h], correction), floats)
                     builder.store(builder.call(fma, [exact, builder.fmul(scale, dx), builder.load(acc[r][h])]),
                                   acc[r][h])

@@ -74,7 +74,8 @@ def bench_cases(bundle, record: Path | None = None) -> list[BenchCase]:
         inputs = {name[len(key) + 1:]: value for name, value in reference.inputs.items() if name.startswith(key + "_")}
         if reference.fields.get("kind") == "pipeline":
             images = {name[:-len("_uint8")]: value for name, value in inputs.items() if name.endswith("_uint8")}
-            stages = _pipeline_stages(images, inputs["state_raw"], reference.fields[f"{key}_task"], reference.noise[key])
+            stages = _pipeline_stages(images, inputs["state_raw"], reference.fields[f"{key}_task"],
+                                      reference.noise[key])
         else:
             stages = _model_stages(inputs["images"], inputs["image_masks"], inputs["tokens"], inputs["token_mask"],
                                    reference.noise[key])
