@@ -135,3 +135,13 @@ def test_conversion_reads_the_checkpoint_lazily():
     stacked = weights["lm.blk.0.attn_qkv.weight"]
     assert isinstance(stacked, Stacked)
     np.testing.assert_array_equal(np.asarray(stacked), np.asarray(from_lerobot(loaded)["lm.blk.0.attn_qkv.weight"]))
+
+
+@pytest.mark.parametrize("qtype", ["bf16", "q8_0", "q4_k"])
+def test_large_tensors_are_encoded_a_slice_of_rows_at_a_time(monkeypatch, qtype):
+    from embodied_ros.bundle import quantize, writer
+
+    weights = np.random.default_rng(5).standard_normal((37, 512)).astype(np.float32)
+    monkeypatch.setattr(writer, "ENCODE_CHUNK_VALUES", 5 * 512)  # 8 slices
+    sliced = writer._encoded(writer._Entry("w", weights, qtype))
+    np.testing.assert_array_equal(sliced, quantize(weights, qtype).data)  # the same bytes as in one piece
