@@ -28,8 +28,9 @@ from embodied_ros.sequence.normalize import QuantileStats
 from embodied_ros.sequence.tokenizer import PromptTokenizer
 
 
-# memory a chunk needs beside the weights (activations, prefix cache, packing buffers, numba's
-# compiled code); measured peak RSS of full-size pi0.5 less its weights stays under it
+# an allowance beside the weights for activations, the prefix cache, packing buffers and numba's
+# compiled code (pi05_small peaks at 220-260 MiB with 13-56 MiB of weights; the full-size model's
+# activations at 968 prefix tokens are tens of MiB per layer)
 WORKING_BYTES = 1 << 30
 
 
