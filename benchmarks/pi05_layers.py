@@ -13,8 +13,8 @@ through the runtime's own layer functions (the code Pi05Model runs):
 
 Weights are drawn like the reference records' (randn * in_features^-0.5 for matrices, 0.1 * randn
 for vectors) and stored as float32, Q8_0 or Q4_K with the converter's rule: a matrix whose input
-width is not a multiple of the type's block falls back (q4_k -> q8_0 -> f16; f16 is expanded to
-float32 once, as Bundle.weight does).
+width is not a multiple of the type's block falls back (q4_k -> q8_0 -> f16; f16 stays f16, as
+Bundle.weight hands it out).
 """
 from __future__ import annotations
 
@@ -55,8 +55,9 @@ def _draw(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> dict[
 
 
 def _store(weights: dict[str, np.ndarray], qtype: str) -> tuple[dict, list[str], float]:
-    """(runtime weights, stored types, MiB of the stored matrices and vectors). Float32 matrices are
-    packed for the CPU product, as Pi05Model does at start-up (`pack_for_products`)."""
+    """(runtime weights, stored types, MiB of the stored matrices and vectors). Matrices are packed
+    for the CPU product, as Pi05Model does at start-up (`pack_for_products`: float32 panels, BF16
+    into bf16 pair panels where the CPU has AVX512-BF16)."""
     from embodied_ros.bundle import QuantPlan
     from embodied_ros.bundle.quantize import quantize
     from embodied_ros.kernels.linear import pack_for_products
@@ -67,8 +68,8 @@ def _store(weights: dict[str, np.ndarray], qtype: str) -> tuple[dict, list[str],
         stored = quantize(w, kind)
         types.add(kind)
         nbytes += stored.nbytes
-        out[name] = stored if isinstance(stored, QuantTensor) else pack_for_products(
-            np.ascontiguousarray(stored, np.float32))
+        out[name] = pack_for_products(stored if isinstance(stored, QuantTensor) or stored.dtype == np.float16
+                                      else np.ascontiguousarray(stored, np.float32))
     return out, sorted(types), nbytes / 2**20
 
 

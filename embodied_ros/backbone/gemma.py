@@ -27,6 +27,8 @@ import numpy as np
 from embodied_ros.backbone.checks import positive, require
 from embodied_ros.backbone.prefix_cache import PrefixCacheBuilder
 from embodied_ros.kernels._gemm import PANEL, PackedWeight, pack_weight
+from embodied_ros.kernels.linear_bf16 import Bf16Weight, to_bf16_weight
+from embodied_ros.kernels.linear_int8 import Q8Weight, pack_q8_0
 from embodied_ros.kernels.quant import QuantTensor
 
 
@@ -77,6 +79,19 @@ def row_slice(weight: Any, start: int, stop: int) -> Any:
         if start % PANEL:
             return pack_weight(weight.dense()[start:stop])
         return PackedWeight(weight.panels[start // PANEL:-(-stop // PANEL)], (stop - start, weight.shape[1]))
+    if isinstance(weight, Q8Weight):
+        if start % PANEL:
+            q_w, d_w = weight.blocks()
+            blocks = np.concatenate([d_w[start:stop, :, None].astype(np.float16).view(np.uint8).reshape(
+                stop - start, -1, 2), q_w[start:stop].reshape(stop - start, -1, 32).view(np.uint8)], axis=2)
+            return pack_q8_0(blocks.reshape(stop - start, -1), (stop - start, weight.shape[1]))
+        panels = slice(start // PANEL, -(-stop // PANEL))
+        return Q8Weight(weight.quants[panels], weight.scales[panels], weight.sums[panels],
+                        (stop - start, weight.shape[1]))
+    if isinstance(weight, Bf16Weight):
+        if start % PANEL:
+            return to_bf16_weight(weight.dense()[start:stop])
+        return Bf16Weight(weight.panels[start // PANEL:-(-stop // PANEL)], (stop - start, weight.shape[1]))
     return weight[start:stop]
 
 

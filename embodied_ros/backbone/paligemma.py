@@ -22,6 +22,7 @@ import numpy as np
 
 from embodied_ros.backbone import gemma, siglip
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
+from embodied_ros.bundle.memory import release_pages
 from embodied_ros.kernels import KernelSet, reuse_freed_memory
 from embodied_ros.kernels.linear import pack_for_products
 from embodied_ros.kernels.quant import QuantTensor
@@ -33,20 +34,30 @@ TOKEN_EMBEDDING = "lm.token_embd"
 
 def prepare_weights(weights: Mapping[str, Any], is_linear_weight: Callable[[str], bool],
                     pack: bool = False) -> dict[str, Any]:
-    """Weights as the math reads them: float32 C-contiguous arrays (memory-mapped float32 arrays
-    are kept as they are, no copy), quantized linear weights and embeddings as QuantTensors; a
-    quantized tensor that is not read by a matrix product (e.g. a position table) is expanded.
-    With `pack`, float32 matrices are copied once into the layout the CPU product reads
-    (`pack_for_products`: 2-3x faster products at the expert's 50 rows than packing per call)."""
+    """Weights as the math reads them, each resident once: matrices a product reads (and the token
+    embeddings) in their stored type (F32/F16 arrays, memory-mapped arrays kept as they are, or
+    QuantTensors); other tensors as float32 (1-D norms, biases and small tables; a quantized one
+    is expanded). With `pack`, the product's matrices are copied once into the layout the CPU
+    product reads (`pack_for_products`: float32 panels, or bf16 pair panels for F16/BF16 weights
+    where the CPU multiplies bf16), and the stored form's mapped pages are handed back, so that
+    a weight is never resident twice."""
     prepared = {}
     for name, weight in weights.items():
+        product = is_linear_weight(name)
+        if not isinstance(weight, QuantTensor):
+            weight = np.asarray(weight)  # a Stacked checkpoint tensor is concatenated here
         if isinstance(weight, QuantTensor):
-            keep = is_linear_weight(name) or name == TOKEN_EMBEDDING
-            prepared[name] = weight if keep else weight.dequantize()
+            stored = weight if product or name == TOKEN_EMBEDDING else weight.dequantize()
+        elif weight.dtype == np.float16 and (product or name == TOKEN_EMBEDDING):
+            stored = weight
         else:
-            prepared[name] = np.ascontiguousarray(weight, dtype=np.float32)
-            if pack and is_linear_weight(name):
-                prepared[name] = pack_for_products(prepared[name])
+            stored = np.ascontiguousarray(weight, dtype=np.float32)
+        if pack and product:
+            packed = pack_for_products(stored)
+            if packed is not stored:
+                release_pages(stored.data if isinstance(stored, QuantTensor) else stored)
+            stored = packed
+        prepared[name] = stored
     return prepared
 
 

@@ -17,14 +17,14 @@ Writing and reading
 
     bundle = open_bundle("policy.gguf", architecture="pi05")  # checks structure + digest
     bundle.config["vision"]["width"]; bundle.solver; bundle.robot; bundle.stats["state"]["q01"]
-    w = bundle.weight("vision.layers.0.attn.q.weight")        # f32 view, or QuantTensor
+    w = bundle.weight("vision.layers.0.attn.q.weight")        # f32/f16 view, or QuantTensor
     y = ks.linear(x, w, b)                                    # any weight type, one call
 
-`bundle.weight(name)` gives what `ks.linear` takes: F32 tensors are read-only views of the
-memory-mapped file (no copy); Q8_0 and Q4_K tensors are `QuantTensor`s over views of the file,
-dequantized block by block inside the kernels; F16 and BF16 tensors are upcast to float32 once, on
-first use, and kept (these types shrink the file; at run time BLAS wants float32). `bundle.raw(name)`
-gives any tensor as stored.
+`bundle.weight(name)` gives what `ks.linear` takes, resident once in its stored type: F32 and F16
+tensors are read-only views of the memory-mapped file (no copy); BF16, Q8_0 and Q4_K tensors are
+`QuantTensor`s over views of the file, decoded block by block inside the kernels (docs/bundle.md:
+where the CPU has bf16 / int8 dot products, pi0.5 repacks BF16 and Q8_0 once for them).
+`bundle.raw(name)` gives any tensor as stored; `bundle.weight_bytes` the weights' stored size.
 
 File layout (format version 1)
 ------------------------------

@@ -65,7 +65,6 @@ class Bundle:
             raise BundleFormatError(f"{path}: malformed digest {self.digest!r}")
         if architecture is not None and architecture != self.architecture:
             raise BundleArchitectureError(f"{path}: holds a {self.architecture!r} model, not {architecture!r}")
-        self._upcast: dict[str, np.ndarray] = {}
         if verify_digest:
             self.verify_digest()
 
@@ -136,19 +135,17 @@ class Bundle:
         return QuantTensor(qtype, e.shape, data.reshape(*e.shape[:-1], e.shape[-1] // block * block_bytes))
 
     def weight(self, name: str) -> np.ndarray | QuantTensor:
-        """A weight ready for `ks.linear`: F32 as a memmap view; F16 and BF16 upcast to float32 once
-        (on first use, then kept: BLAS runs on float32); Q8_0 and Q4_K as a QuantTensor (dequantized
-        block by block inside the kernels)."""
+        """A weight ready for `ks.linear`, resident once in its stored type: F32 and F16 as read-only
+        memmap views, BF16, Q8_0 and Q4_K as a QuantTensor over the mapping. Nothing is upcast: the
+        products read 16-bit and block-quantized weights as they are stored."""
         if name.startswith(layout.RESERVED_TENSOR_PREFIXES):
             raise KeyError(f"{self.path}: {name!r} is not a weight")
-        stored = self.raw(name)
-        if isinstance(stored, QuantTensor) and stored.qtype != "bf16":
-            return stored
-        if isinstance(stored, np.ndarray) and stored.dtype == np.float32:
-            return stored
-        if name not in self._upcast:
-            self._upcast[name] = stored.dequantize() if isinstance(stored, QuantTensor) else stored.astype(np.float32)
-        return self._upcast[name]
+        return self.raw(name)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of every weight as stored: what the weights take resident."""
+        return sum(self._extents[name].nbytes for name in self.weight_names)
 
     def weights(self) -> dict[str, np.ndarray | QuantTensor]:
         """name -> `weight(name)` for every weight."""

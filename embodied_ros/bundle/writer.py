@@ -23,6 +23,7 @@ from embodied_ros.bundle import layout
 from embodied_ros.bundle.plan import QuantPlan
 from embodied_ros.bundle.quantize import quantize
 from embodied_ros.bundle.records import ReferenceRecord, RobotMetadata
+from embodied_ros.bundle.source import Stacked, release
 from embodied_ros.kernels.quant import QUANT_TYPES, QuantTensor
 
 
@@ -93,7 +94,8 @@ class BundleWriter:
         if isinstance(weight, QuantTensor):
             self._weights[name] = _Entry(name, weight, weight.qtype)
             return
-        weight = np.asarray(weight)
+        if not isinstance(weight, Stacked):
+            weight = np.asarray(weight)
         if weight.dtype.kind != "f" or weight.size == 0:
             raise ValueError(f"weight {name!r}: expected a non-empty float array, got {weight.dtype} {weight.shape}")
         if qtype is None:
@@ -200,20 +202,37 @@ class BundleWriter:
             for entry in entries:
                 bar.set_postfix_str(f"{entry.name} -> {entry.qtype}", refresh=False)
                 writer.write_tensor_data(_encoded(entry))
+                release(entry.source.data if isinstance(entry.source, QuantTensor) else entry.source)
                 bar.update(entry.nbytes())
         finally:
             bar.close()
             writer.close()
 
 
+ENCODE_CHUNK_VALUES = 1 << 24  # weights encoded at a time: 64 MiB of float32 and the encoder's temporaries
+
+
 def _encoded(entry: _Entry) -> np.ndarray:
     source = entry.source
     if isinstance(source, QuantTensor):
         return np.ascontiguousarray(source.data)
-    if entry.qtype in layout.WEIGHT_TYPES:
-        stored = quantize(source, entry.qtype)
-        return np.ascontiguousarray(stored.data if isinstance(stored, QuantTensor) else stored)
-    return np.ascontiguousarray(source)
+    if entry.qtype not in layout.WEIGHT_TYPES:
+        return np.ascontiguousarray(source)
+    if entry.qtype in QUANT_TYPES and isinstance(source, np.ndarray) and source.ndim >= 2:
+        return _encoded_by_rows(source.reshape(-1, source.shape[-1]), entry.qtype)
+    stored = quantize(source, entry.qtype)
+    return np.ascontiguousarray(stored.data if isinstance(stored, QuantTensor) else stored)
+
+
+def _encoded_by_rows(rows: np.ndarray, qtype: str) -> np.ndarray:
+    """Block types encode each row on its own: a large tensor (e.g. the token embeddings) is
+    encoded a slice of rows at a time into its output bytes, never as a whole float32 copy."""
+    kind = QUANT_TYPES[qtype]
+    out = np.empty((rows.shape[0], rows.shape[1] // kind.block_size * kind.block_bytes), np.uint8)
+    step = max(1, ENCODE_CHUNK_VALUES // rows.shape[1])
+    for start in range(0, rows.shape[0], step):
+        out[start:start + step] = quantize(rows[start:start + step], qtype).data.reshape(-1, out.shape[1])
+    return out
 
 
 def _storable(name: str, array: np.ndarray) -> tuple[np.ndarray, str]:

@@ -10,7 +10,7 @@ waits for cores between two products.
 Layout (as in BLIS and OpenBLAS): W^T is read in panels of 32 output features, [k, 32] contiguous;
 a register tile multiplies up to 10 rows of x by one panel, 20 accumulator vectors, each x value
 broadcast from its row and each panel row loaded once per tile. Float32 weights can be packed into
-panels once (`PackedWeight`); other weights (float32 arrays, Q8_0, Q4_K, BF16 blocks) are packed
+panels once (`PackedWeight`); other weights (float32 and F16 arrays, Q8_0, Q4_K, BF16 blocks) are packed
 on the fly, a block of panels at a time, into a per-thread buffer that stays in cache while every
 row of x passes over it: a quantized weight is read from memory in its stored size and decoded
 once per product, never written out as float32.
@@ -49,7 +49,7 @@ DECODE_STEP = 256  # k decoded at a time: 32 rows x 256 floats = 32 KiB
 PANEL_BLOCK = 8  # panels packed at a time: 8 x 512 x 32 floats = 512 KiB per thread
 ROW_BLOCK = 128  # rows of x per pass over a packed block: 128 x 512 floats = 256 KiB
 PARALLEL_MIN_MACS = 1 << 17  # smaller products run on the calling thread
-KINDS = {"f32": 0, "q8_0": 1, "q4_k": 2, "bf16": 3}
+KINDS = {"f32": 0, "q8_0": 1, "q4_k": 2, "bf16": 3, "f16": 4}
 _NO_FLOATS = np.zeros((0, 0), np.float32)
 _NO_PANELS = np.zeros((0, 0, PANEL), np.float32)
 _NO_BIAS = np.zeros(0, np.float32)
@@ -133,14 +133,18 @@ def _transpose_into(rows, n_rows, panel):  # pragma: no cover - compiled
 
 @jit()
 def _decode_rows(kind, rows, f16_to_f32, k0, k1, decoded):  # pragma: no cover - compiled
-    """rows [n, stored bytes] of a q8_0 (kind 1), q4_k (2) or bf16 (3) weight over k0..k1 -> decoded
-    [n, k1 - k0]."""
+    """rows [n, stored bytes] of a q8_0 (kind 1), q4_k (2), bf16 (3) or f16 (4) weight over k0..k1 ->
+    decoded [n, k1 - k0]."""
     if kind == 1:  # one loop per kind: a kind test inside the row loop kept q4_k at 3x the cost
         for j in range(rows.shape[0]):
             q8_0_decode_row(rows[j, k0 // 32 * 34:k1 // 32 * 34], f16_to_f32, decoded[j])
     elif kind == 2:
         for j in range(rows.shape[0]):
             q4_k_decode_row(rows[j, k0 // 256 * 144:k1 // 256 * 144], f16_to_f32, decoded[j])
+    elif kind == 4:
+        for j in range(rows.shape[0]):
+            for k in range(k1 - k0):
+                decoded[j, k] = f16_at(rows[j], 2 * (k0 + k), f16_to_f32)
     else:
         for j in range(rows.shape[0]):
             for k in range(k1 - k0):
@@ -305,7 +309,7 @@ def _buffers(workers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def matmul(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
     """x [N, in] (rows may be strided, features contiguous) @ weight^T + bias -> [N, out] float32.
-    weight: PackedWeight, float32 [out, in] array, or a 2-D QuantTensor (q8_0, q4_k, bf16)."""
+    weight: PackedWeight, float32 or float16 [out, in] array, or a 2-D QuantTensor (q8_0, q4_k, bf16)."""
     x = _rows_view(x)
     n_out, n_in = weight.shape
     y = np.empty((x.shape[0], n_out), np.float32)
@@ -320,6 +324,8 @@ def matmul(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
         kind, w = KINDS[weight.qtype], weight.data
         if w.strides[-1] != 1:
             w = np.ascontiguousarray(w)
+    elif weight.dtype == np.float16:  # its bytes, decoded as they are packed
+        kind, w = KINDS["f16"], np.ascontiguousarray(weight).view(np.uint8)
     else:
         w = _rows_view(weight)
     w_stride = w.strides[0] if kind else w.strides[0] // 4

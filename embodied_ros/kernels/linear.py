@@ -4,8 +4,12 @@
   float32 ndarray      a float32 matrix
   PackedWeight         a float32 matrix packed once into the panels the CPU product reads
                        (`pack_for_products`; pi0.5 packs its weights at start-up)
-  float16 ndarray      upcast on every call (slow path; `Bundle.weight` upcasts F16 and BF16 once
-                       at load, so model code normally never sends these)
+  Bf16Weight           bf16 pairs packed into panels (`pack_for_products` makes them from BF16
+                       weights where the CPU has AVX512-BF16): bf16 products, float32 sums
+                       (kernels/linear_bf16.py)
+  Q8Weight             Q8_0 blocks repacked for int8 dot products (`pack_for_products`, where the
+                       CPU has AVX512-VNNI): x quantized per 32-block (kernels/linear_int8.py)
+  float16 ndarray      decoded as packed by the vector product (elsewhere upcast on every call)
   QuantTensor          q8_0 / q4_k / bf16 blocks, dequantized inside the kernel
 x may have any leading dimensions: [..., in] -> [..., out].
 
@@ -29,10 +33,14 @@ import numba
 import numpy as np
 
 from embodied_ros.kernels import _gemm
+from embodied_ros.kernels._bf16_gemm import Bf16Weight, pack_bf16
 from embodied_ros.kernels._gemm import PackedWeight, pack_weight
 from embodied_ros.kernels._jit import jit, vector_units_available
 from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, dequantize, dequantize_rows_into,
                                         q4_k_decode_row, q8_0_decode_row, random_quant_tensor)
+from embodied_ros.kernels._int8_gemm import Q8Weight, pack_q8_0
+from embodied_ros.kernels.linear_bf16 import BF16_PRODUCTS, linear_bf16_numba
+from embodied_ros.kernels.linear_int8 import INT8_PRODUCTS, linear_int8_numba
 from embodied_ros.kernels.registry import kernel, reference
 
 VECTOR_GEMM = vector_units_available()  # the blocked vector product serves every weight type
@@ -86,15 +94,26 @@ def _check_shapes(x: np.ndarray, weight) -> None:
                          f"fit a weight of shape {tuple(weight.shape)} (out_features, in_features)")
 
 
-Weight = np.ndarray | PackedWeight | QuantTensor
+Weight = np.ndarray | PackedWeight | Bf16Weight | Q8Weight | QuantTensor
 
 
 def pack_for_products(weight: Weight) -> Weight:
-    """The form of a weight the numba product reads fastest: float32 matrices packed into panels
-    where the vector product runs (a copy), anything else unchanged."""
-    if VECTOR_GEMM and isinstance(weight, np.ndarray) and weight.ndim == 2 and weight.dtype == np.float32:
+    """The form of a weight the numba product reads fastest, to be kept instead of the stored one:
+    float32 matrices packed into panels where the vector product runs, BF16 matrices into bf16 pair
+    panels where the CPU multiplies bf16 (`BF16_PRODUCTS`; same size as stored), Q8_0 into int8
+    panels where it has int8 dot products (`INT8_PRODUCTS`; 40 bytes per 32 weights instead of 34),
+    anything else unchanged. F16 stays F16, decoded to float32 as it is packed: rounding it to bf16 would cost
+    the precision F16 was chosen for (pi05_small: action error 0.013 instead of 1e-3)."""
+    if not VECTOR_GEMM or weight.ndim != 2:
+        return weight
+    if isinstance(weight, np.ndarray) and weight.dtype == np.float32:
         return pack_weight(weight)
+    if BF16_PRODUCTS and isinstance(weight, QuantTensor) and weight.qtype == "bf16":
+        return pack_bf16(weight.data.view(np.uint16).reshape(weight.shape))
+    if INT8_PRODUCTS and isinstance(weight, QuantTensor) and weight.qtype == "q8_0":
+        return pack_q8_0(weight.data, weight.shape)
     return weight
+
 
 
 @reference("linear", examples=_examples, rtol=1e-4, atol=1e-4)
@@ -103,7 +122,10 @@ def linear(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.
     _check_shapes(x, weight)
     if isinstance(weight, QuantTensor):
         weight = dequantize(weight)
-    elif isinstance(weight, PackedWeight):
+    elif isinstance(weight, Q8Weight):
+        q_w, d_w = weight.blocks()
+        weight = (q_w.reshape(*d_w.shape, -1) * d_w[:, :, None]).reshape(weight.shape)
+    elif isinstance(weight, (PackedWeight, Bf16Weight)):
         weight = weight.dense()
     elif weight.dtype != np.float32:
         weight = weight.astype(np.float32)
@@ -116,9 +138,13 @@ def linear(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.
 @kernel("linear", "numba")
 def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.ndarray:
     _check_shapes(x, weight)
+    if isinstance(weight, Bf16Weight):
+        return linear_bf16_numba(x, weight, bias)
+    if isinstance(weight, Q8Weight):
+        return linear_int8_numba(x, weight, bias)
     rows = x.reshape(-1, weight.shape[1])
     if VECTOR_GEMM or isinstance(weight, PackedWeight):
-        y = _gemm.matmul(rows, _as_float32(weight), bias)
+        y = _gemm.matmul(rows, _gemm_weight(weight), bias)
     elif not isinstance(weight, QuantTensor):
         return linear(x, weight, bias)
     else:
@@ -129,8 +155,8 @@ def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) 
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def _as_float32(weight: Weight) -> Weight:
-    if isinstance(weight, np.ndarray) and weight.dtype != np.float32:
+def _gemm_weight(weight: Weight) -> Weight:
+    if isinstance(weight, np.ndarray) and weight.dtype not in (np.float32, np.float16):
         return weight.astype(np.float32)
     return weight
 

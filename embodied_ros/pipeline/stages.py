@@ -94,12 +94,24 @@ def _family(bundle, bundle_path):
         ) from None
 
 
+# an allowance beside the weights for activations, the prefix cache, packing buffers and numba's
+# compiled code (pi05_small peaks at 220-260 MiB with 13-56 MiB of weights; the full-size pi0.5's
+# activations at 968 prefix tokens are tens of MiB per layer)
+WORKING_BYTES = 1 << 30
+
+
 def load_runtime(bundle_path: str | Path, backend: str = "numba") -> Runtime:
-    """Open a bundle and build the runtime of its model family (not yet warmed up)."""
+    """Open a bundle and build the runtime of its model family (not yet warmed up). A bundle whose
+    weights and working memory do not fit in the memory available is refused before anything is
+    loaded (BundleMemoryError, one line)."""
     from embodied_ros.bundle import open_bundle
+    from embodied_ros.bundle.memory import check_fits
 
     bundle = open_bundle(bundle_path)
-    return _family(bundle, bundle_path).load_runtime(bundle, backend)
+    family = _family(bundle, bundle_path)
+    check_fits(bundle.weight_bytes + WORKING_BYTES, f"{bundle_path}: {bundle.architecture} with "
+               f"{bundle.weight_bytes / 2**30:.1f} GiB of weights")
+    return family.load_runtime(bundle, backend)
 
 
 def read_spec(bundle_path: str | Path) -> ModelSpec:

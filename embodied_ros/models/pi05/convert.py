@@ -31,6 +31,8 @@ from typing import Any, Mapping
 import numpy as np
 from safetensors.numpy import load_file
 
+from embodied_ros.bundle.source import map_safetensors
+
 from embodied_ros.models.pi05.config import (DEFAULT_ACTION_PERIOD_S, GemmaConfig, Pi05Config, VisionConfig,
                                              camera_name)
 from embodied_ros.models.pi05.weights import check_weights, rename_lerobot, stack_projections, tensor_group
@@ -85,7 +87,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         raise ValueError(f"{source}: not a pi0.5 checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot pi05 policy or a reference record)")
     raw_config = json.loads((source / CONFIG_FILE).read_text())
-    weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
+    weights = rename_lerobot(map_safetensors(source / WEIGHTS_FILE))  # views of the file, read when written
     if raw_config.get("type") == "pi05":
         hints = recorded_hints(source, reference)
         hints.update(overrides or {})

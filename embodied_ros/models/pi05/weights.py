@@ -34,6 +34,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.backbone import gemma, siglip
+from embodied_ros.bundle.source import Stacked
 from embodied_ros.models.pi05.config import Pi05Config
 
 _PALIGEMMA = r"model\.paligemma_with_expert\.paligemma\."
@@ -128,8 +129,9 @@ def rename_lerobot(state_dict: Mapping[str, Any], rules: Rules = _RULES,
 _STACKS = (("attn_qkv", ("attn_q", "attn_k", "attn_v")), ("ffn_gate_up", ("ffn_gate", "ffn_up")))
 
 
-def stack_projections(renamed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Projections read by one matrix product stacked along their output rows (see module doc)."""
+def stack_projections(renamed: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Projections read by one matrix product stacked along their output rows (see module doc), as
+    `Stacked` tensors: the copy is made only when a tensor is written or used."""
     stacked = dict(renamed)
     for name in renamed:
         if not name.endswith((".attn_q.weight", ".attn_q.bias", ".ffn_gate.weight")):
@@ -137,7 +139,7 @@ def stack_projections(renamed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray
         layer, part, kind = name.rsplit(".", 2)
         target, sources = next((t, srcs) for t, srcs in _STACKS if srcs[0] == part)
         parts = [stacked.pop(f"{layer}.{source}.{kind}") for source in sources]
-        stacked[f"{layer}.{target}.{kind}"] = np.concatenate(parts)
+        stacked[f"{layer}.{target}.{kind}"] = Stacked(parts)  # concatenated when it is written or used
     return dict(sorted(stacked.items(), key=lambda item: _natural_key(item[0])))
 
 

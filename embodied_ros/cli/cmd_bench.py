@@ -1,0 +1,78 @@
+"""`embodied-ros bench BUNDLE [--record DIR] [--repeats N]`: how fast, how large, how exact.
+
+Loads the bundle as a node would (memory check, weights packed, kernels compiled), runs every
+recorded case `--repeats` times (the record folder's cases, else the bundle's reference record),
+and prints the median time of each stage, the median chunk, the peak resident memory of the
+process and the max abs action error against the record; the last line is
+
+    chunk_ms=<median> max_abs_err=<value> peak_rss_mb=<value>
+
+The first run of each case is a warm-up and is not timed. A model family takes part by exposing
+`bench_cases(bundle, record)` (see embodied_ros/models/pi05/bench.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import resource
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HELP = "time a bundle's stages on recorded cases; prints chunk_ms, max_abs_err and peak_rss_mb"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", type=Path, help="bundle file (.gguf)")
+    parser.add_argument("--record", type=Path, default=None,
+                        help="reference record folder to run (default: the bundle's own reference record)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each case (default 3)")
+    parser.add_argument("--backend", choices=("numpy", "numba"), default="numba", help="kernel backend (default numba)")
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def run(args) -> int:
+    from embodied_ros.bundle import BundleError, open_bundle
+
+    if args.repeats < 1:
+        print(f"bench: --repeats must be at least 1, got {args.repeats}", file=sys.stderr)
+        return 2
+    try:
+        bundle = open_bundle(args.bundle)
+        family = importlib.import_module(f"embodied_ros.models.{bundle.architecture}.bench")
+        cases = family.bench_cases(bundle, args.record)
+        runtime = importlib.import_module(f"embodied_ros.models.{bundle.architecture}").load_runtime(
+            bundle, args.backend)
+    except ModuleNotFoundError as missing:
+        if not (missing.name or "").startswith("embodied_ros.models."):
+            raise
+        print(f"bench: {args.bundle}: no bench for {bundle.architecture!r} bundles", file=sys.stderr)
+        return 2
+    except (BundleError, ValueError, OSError) as problem:
+        print(f"bench: {problem}", file=sys.stderr)
+        return 2
+    if not cases:
+        print("bench: the record holds no cases", file=sys.stderr)
+        return 2
+    stage_seconds: dict[str, list[float]] = {}
+    chunks, worst = [], 0.0
+    for case in cases:
+        case.run(runtime)  # warm-up: first touches of buffers and caches
+        for _ in range(args.repeats):
+            seconds, error = case.run(runtime)
+            for stage, value in seconds.items():
+                stage_seconds.setdefault(stage, []).append(value)
+            chunks.append(sum(seconds.values()))
+            worst = max(worst, error)
+    for stage, values in stage_seconds.items():
+        print(f"{stage}: median {np.median(values) * 1e3:.1f} ms (min {min(values) * 1e3:.1f}, "
+              f"max {max(values) * 1e3:.1f})")
+    print(f"{len(cases)} cases x {args.repeats} repeats, weights {bundle.weight_bytes / 2**20:.0f} MiB "
+          f"({bundle.quant_plan or 'f32'})")
+    print(f"chunk_ms={np.median(chunks) * 1e3:.1f} max_abs_err={worst:.4g} peak_rss_mb={peak_rss_mb():.0f}")
+    return 0

@@ -1,0 +1,242 @@
+"""y = x @ W^T with bfloat16 products and float32 sums, on AVX512-BF16 (`vdpbf16ps`).
+
+A weight is packed once into panels of 32 output features whose elements are pairs of bf16 values
+along k, [panels, k / 2, 32] uint32 (`Bf16Weight`): one 32-bit pair is what the instruction
+multiplies per lane, w[j, 2i] * x[2i] + w[j, 2i + 1] * x[2i + 1], added to a float32 sum. x is
+rounded to bf16 pairs once per product. The register tile is the float32 one's (kernels/_gemm.py):
+up to 10 rows of x by one panel, 20 accumulator vectors, each x pair broadcast, each panel row
+loaded once per tile; a panel row covers two k values, so a tile does twice the work of a float32
+one per instruction and reads half the bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from llvmlite import binding as llvm_binding
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels._vector_ir import LANES, PANEL
+
+MAX_ROWS = 10
+DEPTH_BLOCK = 256  # k pairs per pass over a panel: 256 x 32 pairs = 32 KiB, in L1
+PARALLEL_MIN_MACS = 1 << 17
+
+
+def bf16_products_available() -> bool:
+    """True where the CPU multiplies bf16 pairs in one instruction (AVX512-BF16)."""
+    features = llvm_binding.get_host_cpu_features()
+    return bool(features.get("avx512f", False) and features.get("avx512bf16", False))
+
+
+class _BFloat(ir.types.Type):
+    """LLVM's bfloat type (llvmlite has none), for the intrinsic's operand type <32 x bfloat>."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _BFloat)
+
+    def __hash__(self) -> int:
+        return hash("bfloat")
+
+
+@intrinsic
+def tile_bf16(typingctx, rows, a_addr, lda, b_addr, c_addr, ldc, depth, accumulate, bias_addr):
+    """y[rows, 32] = (y if accumulate else bias[32]) + x[rows, 2 depth] @ panel[2 depth, 32].
+
+    x: bf16 pairs (uint32) rows at a_addr + r * lda (pairs); the panel [depth, 32] pairs contiguous
+    at b_addr; y float32 rows at c_addr + r * ldc (elements). `rows` is a compile-time constant.
+    """
+    if not isinstance(rows, types.IntegerLiteral):
+        return None
+    n_rows = rows.literal_value
+    signature = types.void(rows, types.uintp, types.intp, types.uintp, types.uintp, types.intp, types.intp,
+                           types.boolean, types.uintp)
+
+    def codegen(context, builder, sig, args):
+        _, a_addr, lda, b_addr, c_addr, ldc, depth, accumulate, bias_addr = args
+        f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+        vector, pairs = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
+        bf16_pairs = ir.VectorType(_BFloat(), 2 * LANES)
+        a, b = (builder.inttoptr(v, i32.as_pointer()) for v in (a_addr, b_addr))
+        c, bias = (builder.inttoptr(v, f32.as_pointer()) for v in (c_addr, bias_addr))
+        dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector, bf16_pairs, bf16_pairs]),
+                                             "llvm.x86.avx512bf16.dpbf16ps.512")
+        zero = ir.Constant(vector, [0.0] * LANES)
+        undef = ir.Constant(pairs, ir.Undefined)
+        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+        acc = [[cgutils.alloca_once_value(builder, zero) for _ in range(2)] for _ in range(n_rows)]
+        row_starts = [builder.mul(lda, ir.Constant(i64, r)) for r in range(n_rows)]
+
+        def load(base, offset, kind):
+            return builder.load(builder.bitcast(builder.gep(base, [offset]), kind.as_pointer()), align=4)
+
+        with cgutils.for_range(builder, depth) as loop:
+            k = loop.index
+            panel_row = builder.mul(k, ir.Constant(i64, PANEL))
+            w = [builder.bitcast(load(b, builder.add(panel_row, ir.Constant(i64, LANES * h)), pairs), bf16_pairs)
+                 for h in range(2)]
+            for r in range(n_rows):
+                scalar = builder.load(builder.gep(a, [builder.add(row_starts[r], k)]))
+                x = builder.shuffle_vector(builder.insert_element(undef, scalar, ir.Constant(i32, 0)), undef, splat)
+                x = builder.bitcast(x, bf16_pairs)
+                for h in range(2):
+                    builder.store(builder.call(dot, [builder.load(acc[r][h]), x, w[h]]), acc[r][h])
+        for r in range(n_rows):
+            row = builder.mul(ldc, ir.Constant(i64, r))
+            for h in range(2):
+                target = builder.bitcast(builder.gep(c, [builder.add(row, ir.Constant(i64, LANES * h))]),
+                                         vector.as_pointer())
+                start_bias = builder.bitcast(builder.gep(bias, [ir.Constant(i64, LANES * h)]), vector.as_pointer())
+                start = builder.select(accumulate, builder.load(target, align=4), builder.load(start_bias, align=4))
+                builder.store(builder.fadd(start, builder.load(acc[r][h])), target, align=4)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@jit(inline="always")
+def _tile_rows(rows, a, lda, b, c, ldc, depth, accumulate, bias):  # pragma: no cover - compiled
+    if rows == 10:
+        tile_bf16(10, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 9:
+        tile_bf16(9, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 8:
+        tile_bf16(8, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 7:
+        tile_bf16(7, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 6:
+        tile_bf16(6, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 5:
+        tile_bf16(5, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 4:
+        tile_bf16(4, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 3:
+        tile_bf16(3, a, lda, b, c, ldc, depth, accumulate, bias)
+    elif rows == 2:
+        tile_bf16(2, a, lda, b, c, ldc, depth, accumulate, bias)
+    else:
+        tile_bf16(1, a, lda, b, c, ldc, depth, accumulate, bias)
+
+
+@jit(inline="always")
+def _panels(x, panels, bias, y, first, last):  # pragma: no cover - compiled
+    """y[:, 32 p:32 p + 32] = bias + x @ panel p for p in first..last; x [N, pairs] uint32,
+    panels [P, pairs, 32] uint32, bias [32 P] float32, y [N, 32 P] float32."""
+    n_rows, depth = x.shape
+    tiles = (n_rows + MAX_ROWS - 1) // MAX_ROWS
+    base, extra = n_rows // tiles, n_rows % tiles
+    lda, ldc = x.strides[0] // 4, y.strides[0] // 4
+    for p in range(first, last):
+        for k0 in range(0, depth, DEPTH_BLOCK):
+            k1 = min(k0 + DEPTH_BLOCK, depth)
+            row = 0
+            for t in range(tiles):
+                rows = base + 1 if t < extra else base
+                _tile_rows(rows, x.ctypes.data + (row * lda + k0) * 4, lda, panels[p, k0:].ctypes.data,
+                           y.ctypes.data + (row * ldc + PANEL * p) * 4, ldc, k1 - k0, k0 > 0,
+                           bias[PANEL * p:].ctypes.data)
+                row += rows
+
+
+@jit(parallel=True)
+def _product_parallel(x, panels, bias, y, workers):  # pragma: no cover - compiled
+    n_panels = panels.shape[0]
+    for worker in numba.prange(workers):
+        _panels(x, panels, bias, y, worker * n_panels // workers, (worker + 1) * n_panels // workers)
+
+
+@jit()
+def _product_serial(x, panels, bias, y):  # pragma: no cover - compiled
+    _panels(x, panels, bias, y, 0, panels.shape[0])
+
+
+@jit()
+def round_to_bf16_pairs(x, out):  # pragma: no cover - compiled
+    """x [N, k] float32 -> out [N, ceil(k / 2)] uint32: bf16 pairs (even k in the low half), rounded to
+    nearest even; an odd k's last pair has a zero high half."""
+    for r in range(x.shape[0]):
+        for i in range(out.shape[1]):
+            low = _bf16_bits(x[r, 2 * i])
+            high = _bf16_bits(x[r, 2 * i + 1]) if 2 * i + 1 < x.shape[1] else np.uint32(0)
+            out[r, i] = low | (high << np.uint32(16))
+
+
+@jit(inline="always")
+def _bf16_bits(value):  # pragma: no cover - compiled
+    bits = np.uint32(np.float32(value).view(np.uint32))
+    return (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 array -> uint16 bf16 bit patterns, rounded to nearest even (numpy)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+@dataclass(frozen=True, eq=False)
+class Bf16Weight:
+    """A weight [out, in] stored once as bf16 pair panels, [ceil(out / 32), ceil(in / 2), 32] uint32
+    (features past `out` and the pad k of an odd `in` are zero). `ks.linear` takes it like an array."""
+
+    panels: np.ndarray
+    shape: tuple[int, int]
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.panels.nbytes)
+
+    def dense(self) -> np.ndarray:
+        """The [out, in] float32 values (each a bf16 value)."""
+        n_out, n_in = self.shape
+        pairs = self.panels.transpose(0, 2, 1).reshape(-1, self.panels.shape[1])[:n_out]  # [out, pairs]
+        halves = np.stack([pairs & 0xFFFF, pairs >> 16], axis=-1).reshape(n_out, -1)[:, :n_in]
+        return (halves.astype(np.uint32) << 16).view(np.float32)
+
+
+def pack_bf16(bits: np.ndarray) -> Bf16Weight:
+    """[out, in] uint16 bf16 bit patterns -> Bf16Weight (the panels are the one resident copy)."""
+    n_out, n_in = bits.shape
+    n_panels, n_pairs = -(-n_out // PANEL), -(-n_in // 2)
+    panels = np.zeros((n_panels, n_pairs, PANEL), np.uint32)
+    padded = np.zeros((PANEL, 2 * n_pairs), np.uint16)
+    for p in range(n_panels):  # a panel at a time: no second whole-matrix copy while packing
+        rows = bits[PANEL * p:PANEL * p + PANEL]
+        padded[:rows.shape[0], :n_in] = rows
+        padded[rows.shape[0]:] = 0
+        panels[p] = padded.view(np.uint32).T
+    return Bf16Weight(panels, (n_out, n_in))
+
+
+def matmul_bf16(x: np.ndarray, weight: Bf16Weight, bias: np.ndarray | None = None) -> np.ndarray:
+    """x [N, in] float32 @ weight^T + bias -> [N, out] float32, products of bf16 values (x rounded)."""
+    n_out, n_in = weight.shape
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n_in)
+    n_panels = weight.panels.shape[0]
+    padded_bias = np.zeros(n_panels * PANEL, np.float32)
+    if bias is not None:
+        padded_bias[:n_out] = bias
+    y = np.empty((x.shape[0], n_panels * PANEL), np.float32)
+    if x.shape[0] == 0:
+        y[:] = padded_bias
+        return np.ascontiguousarray(y[:, :n_out])
+    pairs = np.empty((x.shape[0], weight.panels.shape[1]), np.uint32)
+    round_to_bf16_pairs(x, pairs)
+    workers = min(numba.get_num_threads(), n_panels)
+    if workers > 1 and x.shape[0] * n_in * n_out >= PARALLEL_MIN_MACS:
+        _product_parallel(pairs, weight.panels, padded_bias, y, workers)
+    else:
+        _product_serial(pairs, weight.panels, padded_bias, y)
+    return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])

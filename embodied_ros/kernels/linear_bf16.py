@@ -1,0 +1,57 @@
+"""Linear layers with bfloat16 products: y = x @ W^T + b, W a `Bf16Weight`, sums in float32.
+
+The reference rounds x to bf16 (nearest even), as the kernel does, and multiplies the bf16 values
+in float64; the numba kernel runs `vdpbf16ps` (kernels/_bf16_gemm.py) where the CPU has
+AVX512-BF16 (`BF16_PRODUCTS`), else the same math through numpy. `ks.linear` sends every
+Bf16Weight here; `pack_for_products` makes them from BF16 weights where the CPU has the instruction.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from embodied_ros.kernels._bf16_gemm import (Bf16Weight, bf16_bits, bf16_products_available, matmul_bf16,  # noqa: F401
+                                              pack_bf16)
+from embodied_ros.kernels._jit import vector_units_available
+from embodied_ros.kernels.registry import kernel, reference
+
+# EMBODIED_ROS_BF16_PRODUCTS=0 keeps today's float32 products (with 16-bit weights decoded as packed)
+BF16_PRODUCTS = (vector_units_available() and bf16_products_available()
+                 and os.environ.get("EMBODIED_ROS_BF16_PRODUCTS", "1") != "0")
+
+
+def to_bf16_weight(values: np.ndarray) -> Bf16Weight:
+    """[out, in] float array -> Bf16Weight, rounded to nearest even."""
+    return pack_bf16(bf16_bits(values))
+
+
+def _examples(rng: np.random.Generator) -> list[tuple]:
+    cases = []
+    for rows, n_in, n_out in ((1, 7, 5), (13, 33, 40), (50, 1024, 96), (23, 600, 64), (64, 512, 1024)):
+        x = rng.standard_normal((rows, n_in), dtype=np.float32)
+        w = to_bf16_weight(rng.standard_normal((n_out, n_in), dtype=np.float32))
+        cases.append((x, w, rng.standard_normal(n_out, dtype=np.float32)))
+        cases.append((x, w, None))
+    cases.append((rng.standard_normal((2, 3, 64), dtype=np.float32),
+                  to_bf16_weight(rng.standard_normal((32, 64), dtype=np.float32)), None))
+    return cases
+
+
+@reference("linear_bf16", examples=_examples, rtol=1e-4, atol=1e-4)
+def linear_bf16(x: np.ndarray, weight: Bf16Weight, bias: np.ndarray | None = None) -> np.ndarray:
+    # x: [..., in] -> [..., out]
+    rounded = (bf16_bits(x).astype(np.uint32) << 16).view(np.float32)
+    y = rounded.astype(np.float64) @ weight.dense().T.astype(np.float64)
+    if bias is not None:
+        y += bias
+    return y.astype(np.float32)
+
+
+@kernel("linear_bf16", "numba")
+def linear_bf16_numba(x: np.ndarray, weight: Bf16Weight, bias: np.ndarray | None = None) -> np.ndarray:
+    if not BF16_PRODUCTS:
+        return linear_bf16(x, weight, bias)
+    y = matmul_bf16(x.reshape(-1, weight.shape[1]), weight, bias)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
