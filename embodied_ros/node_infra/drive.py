@@ -37,7 +37,7 @@ class Drive:
     """What every drive answers; `FreeRunning` and `LockStep` are the two there are."""
 
     mode = ""
-    uses_sim_time = False  # the nodes' ROS clock is /clock
+    uses_sim_time = False  # True: the nodes' ROS clock is /clock (use_sim_time)
     input_reliability_configurable = True  # sensor QoS follows inputs.reliability
     keeps_every_message = False  # links reliable, transient local, deep (topics.lockstep_qos)
 
