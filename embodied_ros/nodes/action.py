@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from embodied_ros.deploy.continuation import ChunkContinuer, DelayEstimate
 from embodied_ros.pipeline.noise import stage_noise
-from embodied_ros.node_infra.topics import ACTION_CHUNK, stage_qos
+from embodied_ros.node_infra.topics import ACTION_CHUNK
 from embodied_ros.node_infra.transport import chunk_to_msg
 from embodied_ros.msg import ActionChunk
 from embodied_ros.nodes.stage import StageNode
@@ -28,10 +28,10 @@ class ActionNode(StageNode):
             self.continuer = ChunkContinuer(settings.settings, delay)
 
     def make_output_publisher(self):
-        return self.lifecycle_publisher(ActionChunk, ACTION_CHUNK, stage_qos(self.lockstep))
+        return self.lifecycle_publisher(ActionChunk, ACTION_CHUNK, self.drive.stage_qos())
 
     def compute(self, step, inputs):
-        noise_index = step if self.lockstep else self.sequence + 1
+        noise_index = self.drive.noise_index(step, self.sequence)
         noise = stage_noise(self.config.stages.noise_seed, "action", noise_index, self.spec.noise_shape)
         if self.continuer is None:
             return self.runtime.act(inputs["prefix"], inputs.get("world"), noise)

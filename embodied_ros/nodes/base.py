@@ -16,15 +16,14 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
-from rosgraph_msgs.msg import Clock
 
 from embodied_ros.node_infra.config import GraphConfig
+from embodied_ros.node_infra.drive import Drive, drive_for
 from embodied_ros.node_infra.schedule import StepClock
 from embodied_ros.node_infra.spinning import PeriodicThread
 from embodied_ros.node_infra.stats import StageStats
-from embodied_ros.node_infra.topics import CLOCK, CLOCK_QOS, DIAGNOSTICS, DIAGNOSTICS_QOS, TIMING, timing_qos
+from embodied_ros.node_infra.topics import DIAGNOSTICS, DIAGNOSTICS_QOS, TIMING
 from embodied_ros.node_infra.transport import PROCESS_STORE, ResultStore, timing_msg
-from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import StageTiming
 from embodied_ros.nodes.params import declare_config, read_config
 from embodied_ros.pipeline.stages import Runtime
@@ -37,7 +36,7 @@ class GraphNode(LifecycleNode):
     config: GraphConfig
     stats: StageStats
     step_clock: StepClock
-    lockstep: bool
+    drive: Drive  # free-running or lock-step (node_infra/drive.py), from schedule.mode
 
     def __init__(self, node_name: str | None = None, *, runtime: Runtime | None = None,
                  store: ResultStore | None = None, parameters: dict[str, Any] | None = None, **node_kwargs):
@@ -56,15 +55,13 @@ class GraphNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self.config = read_config(self)
-            schedule = self.config.schedule
-            self.lockstep = schedule.mode == "lockstep"
-            self.step_clock = StepClock(seconds_to_ns(schedule.lockstep_start_s), seconds_to_ns(schedule.step_period_s))
+            self.drive = drive_for(self.config.schedule)
+            self.step_clock = self.drive.step_clock
             self.stats = StageStats(self.config.diagnostics.window_s)
-            self.timing_publisher = self.lifecycle_publisher(StageTiming, TIMING, timing_qos(self.lockstep))
+            self.timing_publisher = self.lifecycle_publisher(StageTiming, TIMING, self.drive.timing_qos())
             self.diagnostics_publisher = self.create_publisher(DiagnosticArray, DIAGNOSTICS, DIAGNOSTICS_QOS)
             self._entities.append((self.destroy_publisher, self.diagnostics_publisher))
-            if self.lockstep:
-                self.subscribe(Clock, CLOCK, self._on_clock, CLOCK_QOS)
+            self.drive.follow_clock(self)
             self.setup()
             self._diagnostics_thread = PeriodicThread(self.config.diagnostics.period_s, self._report,
                                                       f"{self.get_name()}-diagnostics")
@@ -109,6 +106,10 @@ class GraphNode(LifecycleNode):
 
     def on_step(self, step: int) -> None:
         """Lock-step: step `step` began."""
+
+    def publish_skip_marker(self, step: int, now_ns: int) -> None:
+        """Lock-step: this node made nothing for `step` (the drive calls this); nodes with outputs add theirs."""
+        self.publish_timing(step, 0, 0, 0.0, float("nan"), now_ns)
 
     def extra_diagnostics(self) -> dict[str, str]:
         return {}
@@ -163,11 +164,6 @@ class GraphNode(LifecycleNode):
         super().destroy_node()
 
     # internals ----------------------------------------------------------------------------------
-
-    def _on_clock(self, msg: Clock) -> None:
-        step = self.step_clock.step_of(time_to_ns(msg.clock))
-        if step is not None and self.active:
-            self.on_step(step)
 
     def _report(self) -> None:
         """The diagnostics thread's call: a failure is logged, never raised (the thread keeps going)."""

@@ -26,8 +26,7 @@ from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_ar
 from embodied_ros.node_infra.schedule import LockstepGate
 from embodied_ros.node_infra.stats import PeriodStats, diagnostic_status, reason_kind, status_values
 from embodied_ros.node_infra.topics import (
-    ACTION_CHUNK, COMMANDED, INPUT_STATUS, JOINT_STATES, command_qos, command_topic, sensor_qos, stage_qos,
-    status_qos,
+    ACTION_CHUNK, COMMANDED, INPUT_STATUS, JOINT_STATES, command_topic,
 )
 from embodied_ros.node_infra.transport import msg_to_chunk
 from embodied_ros.inputs import InputError, JointStateSelector
@@ -64,18 +63,19 @@ class ControllerNode(GraphNode):
         if settings.joints:
             self._build_logic(settings.joints)
         self.gate = LockstepGate(1, {"action": self.config.schedule.period_of("action"), "status": 1})
-        self.subscribe(ActionChunk, ACTION_CHUNK, self._on_chunk, stage_qos(self.lockstep))
+        self._read_chunk = self.drive.reader(by_step=self._chunk_of_step, newest=self._newest_chunk)
+        self._read_status = self.drive.reader(by_step=self._status_of_step, newest=self._newest_status)
+        self.subscribe(ActionChunk, ACTION_CHUNK, self._on_chunk, self.drive.stage_qos())
         self.subscribe(JointState, JOINT_STATES, self._on_joint_state,
-                       sensor_qos(self.config.inputs.reliability, self.lockstep))
-        self.subscribe(DiagnosticStatus, INPUT_STATUS, self._on_status, status_qos(self.lockstep))
+                       self.drive.sensor_qos(self.config.inputs.reliability))
+        self.subscribe(DiagnosticStatus, INPUT_STATUS, self._on_status, self.drive.status_qos())
         message_type = JointTrajectory if settings.output == "joint_trajectory" else Float64MultiArray
         self.command_publisher = self.lifecycle_publisher(
-            message_type, command_topic(settings.output, settings.dry_run), command_qos(self.lockstep))
-        self.commanded_publisher = self.lifecycle_publisher(JointState, COMMANDED, command_qos(self.lockstep))
+            message_type, command_topic(settings.output, settings.dry_run), self.drive.command_qos())
+        self.commanded_publisher = self.lifecycle_publisher(JointState, COMMANDED, self.drive.command_qos())
 
     def start(self) -> None:
-        if not self.lockstep:
-            self._timer = self.ros_timer(1.0 / self.config.controller.rate_hz, self._on_tick)
+        self._timer = self.drive.timer(self, 1.0 / self.config.controller.rate_hz, self._on_tick)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -95,12 +95,16 @@ class ControllerNode(GraphNode):
         except ValueError as error:
             self.stats.record_error(f"action chunk: {error}")
             chunk = None
-        if self.lockstep:
-            step = self.step_clock.step_of(time_to_ns(msg.header.stamp))
-            if step is not None:
-                self.gate.on_upstream("action", step, chunk)
-                self._drain()
-        elif chunk is not None:
+        self._read_chunk(msg, chunk)
+
+    def _chunk_of_step(self, msg: ActionChunk, chunk: ActionChunkResult | None) -> None:
+        step = self.step_clock.step_of(time_to_ns(msg.header.stamp))
+        if step is not None:
+            self.gate.on_upstream("action", step, chunk)
+            self._drain()
+
+    def _newest_chunk(self, msg: ActionChunk, chunk: ActionChunkResult | None) -> None:
+        if chunk is not None:
             self._accept(chunk, self.now_ns())
 
     def _on_joint_state(self, msg: JointState) -> None:
@@ -116,12 +120,14 @@ class ControllerNode(GraphNode):
         values = status_values(msg)
         if not self.active or "step" not in values:
             return  # only the once-per-step input status counts
-        ok, reason = msg.level == DiagnosticStatus.OK, msg.message
-        if self.lockstep:
-            self.gate.on_upstream("status", int(values["step"]), (ok, reason))
-            self._drain()
-        else:
-            self._set_status(ok, reason, self.now_ns())
+        self._read_status(values["step"], msg.level == DiagnosticStatus.OK, msg.message)
+
+    def _status_of_step(self, step: str, ok: bool, reason: str) -> None:
+        self.gate.on_upstream("status", int(step), (ok, reason))
+        self._drain()
+
+    def _newest_status(self, step: str, ok: bool, reason: str) -> None:
+        self._set_status(ok, reason, self.now_ns())
 
     # commanding ---------------------------------------------------------------------------------
 

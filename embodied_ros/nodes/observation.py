@@ -20,8 +20,7 @@ from std_msgs.msg import String
 
 from embodied_ros.node_infra.stats import diagnostic_status
 from embodied_ros.node_infra.topics import (
-    INPUT_STATUS, INSTRUCTION, INSTRUCTION_ANY_QOS, INSTRUCTION_QOS, JOINT_STATES, camera_topic, sensor_qos,
-    stage_qos, stage_topic, status_qos,
+    INPUT_STATUS, INSTRUCTION, INSTRUCTION_ANY_QOS, INSTRUCTION_QOS, JOINT_STATES, camera_topic, stage_topic,
 )
 from embodied_ros.node_infra.transport import encode_output
 from embodied_ros.inputs import ImageConversion, InputBuffer, InputError, JointStateSelector, image_to_rgb8
@@ -67,19 +66,18 @@ class ObservationNode(GraphNode):
         self.state_log = StateLog(self.get_logger(), initial="inputs ok")
         self.pending_steps: list[int] = []
         self._timer = None
-        qos = sensor_qos(inputs.reliability, self.lockstep)
+        qos = self.drive.sensor_qos(inputs.reliability)
         for camera in self.cameras:
             self.mismatches.subscribe(_camera_input(camera), Image, camera_topic(camera),
                                       partial(self._on_image, camera), qos)
         self.mismatches.subscribe(JOINT_STATES, JointState, JOINT_STATES, self._on_joint_state, qos)
         self.mismatches.subscribe(INSTRUCTION, String, INSTRUCTION, self._on_instruction, INSTRUCTION_ANY_QOS,
                                   matched=self._on_instruction_matched)
-        self.output_publisher = self.lifecycle_publisher(StageOutput, stage_topic(self.stage), stage_qos(self.lockstep))
-        self.status_publisher = self.lifecycle_publisher(DiagnosticStatus, INPUT_STATUS, status_qos(self.lockstep))
+        self.output_publisher = self.lifecycle_publisher(StageOutput, stage_topic(self.stage), self.drive.stage_qos())
+        self.status_publisher = self.lifecycle_publisher(DiagnosticStatus, INPUT_STATUS, self.drive.status_qos())
 
     def start(self) -> None:
-        if not self.lockstep:
-            self._timer = self.ros_timer(self.config.schedule.step_period_s, self._on_timer)
+        self._timer = self.drive.timer(self, self.config.schedule.step_period_s, self._on_timer)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -139,7 +137,7 @@ class ObservationNode(GraphNode):
             self.instruction_error = InputError(f"{INSTRUCTION}: no message received yet ({explanation})")
 
     def _mismatch_hint(self, name: str, policy: QoSPolicyKind) -> str:
-        if name != INSTRUCTION and not self.lockstep and policy == QoSPolicyKind.RELIABILITY:
+        if name != INSTRUCTION and self.drive.input_reliability_configurable and policy == QoSPolicyKind.RELIABILITY:
             return "set inputs.reliability: best_effort to accept it"
         return ""
 
@@ -166,7 +164,7 @@ class ObservationNode(GraphNode):
         self._drain()
 
     def _drain(self) -> None:
-        while self.active and self.lockstep and self.pending_steps:
+        while self.active and self.pending_steps:  # steps come in lock-step only
             step = self.pending_steps[0]
             stamp_ns = self.step_clock.stamp_of(step)
             try:
@@ -208,9 +206,11 @@ class ObservationNode(GraphNode):
         else:  # start-up: nothing has come yet, or not everything
             self.state_log.update(f"waiting for inputs: {reason}", "info")
         self._publish_status(reason, step, now_ns)
-        if self.lockstep:
-            self.output_publisher.publish(encode_output(self.stage, 0, step, None, now_ns, None))
-            self.publish_timing(step, 0, 0, 0.0, float("nan"), now_ns)
+        self.drive.skipped(self, step, now_ns)
+
+    def publish_skip_marker(self, step: int, now_ns: int) -> None:
+        self.output_publisher.publish(encode_output(self.stage, 0, step, None, now_ns, None))
+        super().publish_skip_marker(step, now_ns)
 
     def _publish_status(self, problem: str, step: int | None, stamp_ns: int) -> None:
         """OK or ERROR with the reason; `step` only on the once-per-step status the controller counts on."""

@@ -10,6 +10,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from embodied_ros.node_infra.config import GraphConfig, from_flat, parameter_fields, to_parameters
+from embodied_ros.node_infra.drive import drive_for
 
 _EMPTY_LIST_TYPES = {
     "tuple[str, ...]": Parameter.Type.STRING_ARRAY,
@@ -45,6 +46,6 @@ def node_parameters(config: GraphConfig) -> dict[str, Any]:
     """Parameters to give every node of a graph (what launch files and `up` pass)."""
     parameters = to_parameters(config)
     parameters = {name: value for name, value in parameters.items() if value != []}
-    if config.schedule.mode == "lockstep":
+    if drive_for(config.schedule).uses_sim_time:
         parameters["use_sim_time"] = True
     return parameters

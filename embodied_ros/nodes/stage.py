@@ -16,7 +16,7 @@ from rclpy.timer import Timer
 
 from embodied_ros.node_infra.node_table import upstream_of
 from embodied_ros.node_infra.schedule import FreeRunTrigger, LockstepGate
-from embodied_ros.node_infra.topics import stage_qos, stage_topic
+from embodied_ros.node_infra.topics import stage_topic
 from embodied_ros.node_infra.transport import decode_output, encode_output
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import StageOutput
@@ -41,7 +41,7 @@ class StageNode(GraphNode):
         self.output_publisher.publish(encode_output(self.stage, sequence, step, result, now_ns, store))
 
     def make_output_publisher(self):
-        return self.lifecycle_publisher(StageOutput, stage_topic(self.stage), stage_qos(self.lockstep))
+        return self.lifecycle_publisher(StageOutput, stage_topic(self.stage), self.drive.stage_qos())
 
     # ---------------------------------------------------------------------------------------------
 
@@ -61,13 +61,13 @@ class StageNode(GraphNode):
                                       {name: schedule.period_of(name) * step_ns for name in self.upstreams},
                                       slack_ns=step_ns // 2, resolves=self.runs_on_unchanged_input)
         self._timer: Timer | None = None
+        self._read_upstream = self.drive.reader(by_step=self._upstream_of_step, newest=self._newest_upstream)
         for name in self.upstreams:
-            self.subscribe(StageOutput, stage_topic(name), partial(self._on_upstream, name), stage_qos(self.lockstep))
+            self.subscribe(StageOutput, stage_topic(name), partial(self._on_upstream, name), self.drive.stage_qos())
         self.output_publisher = self.make_output_publisher()
 
     def start(self) -> None:
-        if not self.lockstep:
-            self._timer = self.ros_timer(self.trigger.timer_period_ns / 1e9, self._on_timer)
+        self._timer = self.drive.timer(self, self.trigger.timer_period_ns / 1e9, self._on_timer)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -86,13 +86,18 @@ class StageNode(GraphNode):
         except (LookupError, ValueError) as error:
             self.stats.record_error(f"{name}: {error}")
             output = None
-        if self.lockstep:
-            self.gate.on_upstream(name, msg.step, output)
-            self._drain()
-        elif output is not None:
-            self.latest[name] = (time_to_ns(msg.header.stamp), output)
-            if self.trigger.arrived(name, self.now_ns()):
-                self._run_on_newest()
+        self._read_upstream(name, msg, output)
+
+    def _upstream_of_step(self, name: str, msg: StageOutput, output: Any) -> None:
+        self.gate.on_upstream(name, msg.step, output)
+        self._drain()
+
+    def _newest_upstream(self, name: str, msg: StageOutput, output: Any) -> None:
+        if output is None:
+            return
+        self.latest[name] = (time_to_ns(msg.header.stamp), output)
+        if self.trigger.arrived(name, self.now_ns()):
+            self._run_on_newest()
 
     def _drain(self) -> None:
         while (ready := self.gate.next_ready()) is not None:
@@ -126,7 +131,7 @@ class StageNode(GraphNode):
         if result is None:
             return self._skip(step, now_ns, f"the runtime's {self.stage} stage returned nothing", error=True)
         compute_ms = (time.perf_counter() - started) * 1e3
-        published_ns = now_ns if self.lockstep else self.now_ns()
+        published_ns = self.drive.output_stamp(now_ns, self.now_ns)
         self.sequence += 1
         self.publish_result(step, self.sequence, result, published_ns)
         staleness_ms = (published_ns - result.stamp_ns) / 1e6
@@ -140,10 +145,12 @@ class StageNode(GraphNode):
             self.get_logger().error(reason, throttle_duration_sec=5.0)
         else:
             self.stats.record_skip(reason)
-        if self.lockstep:  # consumers of this step must not wait for an output that will not come
-            self.publish_result(step, 0, None, now_ns)
-            self.publish_timing(step, 0, 0, 0.0, float("nan"), now_ns)
+        self.drive.skipped(self, step, now_ns)
         return False
+
+    def publish_skip_marker(self, step: int, now_ns: int) -> None:
+        self.publish_result(step, 0, None, now_ns)
+        super().publish_skip_marker(step, now_ns)
 
     def _input_problem(self, inputs: dict[str, Any], now_ns: int) -> str:
         for name in self.upstreams:
@@ -151,6 +158,6 @@ class StageNode(GraphNode):
             if output is None:
                 return f"no {name} output yet"
             age_ns = now_ns - output.stamp_ns
-            if not self.lockstep and age_ns > self.max_age_ns:
+            if self.drive.too_old(age_ns, self.max_age_ns):
                 return f"{name} output is {age_ns / 1e6:.0f} ms old (limit {self.max_age_ns / 1e6:.0f} ms)"
         return ""

@@ -57,7 +57,7 @@ class _Recorder:
         from std_msgs.msg import Float64MultiArray
         from trajectory_msgs.msg import JointTrajectory
 
-        from embodied_ros.graph import topics
+        from embodied_ros.node_infra import topics
         from embodied_ros.msg import ActionChunk, StageTiming
 
         self.record, self.timeline_ref, self.lock = record, timeline_ref, threading.Lock()
@@ -177,7 +177,7 @@ class _Player:
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import String
 
-        from embodied_ros.graph import topics
+        from embodied_ros.node_infra import topics
 
         self.episode, self.selector, self.node = episode, selector, node
         qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)  # matches best-effort subscribers too
