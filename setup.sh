@@ -78,7 +78,7 @@ else
   rm -rf "$BUILD" && mkdir -p "$ROOT/build"
   export AMENT_PREFIX_PATH="$VENV" CMAKE_PREFIX_PATH="$VENV"
   echo "  configuring (cmake)"
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DEMBODIED_ROS_KERNEL_CACHE=OFF \
     -DCMAKE_INSTALL_PREFIX="$VENV" -DPYTHON_INSTALL_DIR="$BUILD/python" \
     -DPython3_EXECUTABLE="$VENV/bin/python" > "$ROOT/build/configure.log" 2>&1 \
     || { tail -n 30 "$ROOT/build/configure.log" >&2; fail "cmake configure failed (full log: build/configure.log)"; }
