@@ -91,6 +91,7 @@ A family is the package `embodied_ros.models.<architecture>`. For bundles it pro
       verify_reference(bundle: Bundle, backend: str) -> tuple[float, float]
           Run the bundle's reference record; return (max abs error, tolerance).
       load_runtime(bundle: Bundle, backend: str) -> Runtime   (see pipeline/stages.py)
+      model_spec(bundle: Bundle) -> ModelSpec                  from the metadata alone, no weights
 
 `embodied-ros bundle convert` picks the family whose detect() accepts the source (or the one
 named by --arch); `bundle verify` calls verify_reference (see bundle/families.py).

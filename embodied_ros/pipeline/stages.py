@@ -1,8 +1,8 @@
 """The stage contract every model family implements, and how a bundle finds its family.
 
 A model family is a subpackage `embodied_ros.models.<architecture>` exposing
-`load_runtime(bundle, backend) -> Runtime`; the bundle's `general.architecture` names it, so adding
-a family needs no edit here.
+`load_runtime(bundle, backend) -> Runtime` and `model_spec(bundle) -> ModelSpec` (from the bundle's
+metadata alone); the bundle's `general.architecture` names it, so adding a family needs no edit here.
 
 Stages, in data-flow order (each a node in the graph, each may run at its own period):
   encode        perception encoder: images -> embeddings                      (every N steps)
@@ -69,12 +69,24 @@ def load_runtime(bundle_path: str | Path, backend: str = "numba") -> Runtime:
     from embodied_ros.bundle import open_bundle
 
     bundle = open_bundle(bundle_path)
+    return _family(bundle).load_runtime(bundle, backend)
+
+
+def read_spec(bundle_path: str | Path) -> ModelSpec:
+    """A bundle's ModelSpec from its metadata, without loading weights or compiling kernels (for
+    processes that only talk to a model's graph, like the synthetic robot)."""
+    from embodied_ros.bundle import open_bundle
+
+    bundle = open_bundle(bundle_path, verify_digest=False)
+    return _family(bundle).model_spec(bundle)
+
+
+def _family(bundle):
     try:
-        family = importlib.import_module(f"embodied_ros.models.{bundle.architecture}")
+        return importlib.import_module(f"embodied_ros.models.{bundle.architecture}")
     except ModuleNotFoundError as error:
         if error.name != f"embodied_ros.models.{bundle.architecture}":
             raise
         raise ValueError(
-            f"{bundle_path}: architecture {bundle.architecture!r} is not supported by this runtime"
+            f"{bundle.path}: architecture {bundle.architecture!r} is not supported by this runtime"
         ) from None
-    return family.load_runtime(bundle, backend)

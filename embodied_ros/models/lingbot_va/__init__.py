@@ -2,6 +2,7 @@
 
 Family entry points (see embodied_ros/bundle/__init__.py and pipeline/stages.py):
   load_runtime(bundle, backend)          -> LingbotVARuntime (encode, build_prefix, predict_world, act)
+  model_spec(bundle)                     -> its ModelSpec, from the bundle's metadata alone
   verify_reference(bundle, backend)      -> (max abs error, tolerance) of the bundle's reference record
   recognizes_fixture(path), run_fixture_parity(path, quant)   Wan block records for `embodied-ros parity`
   convert.detect / convert.convert       checkpoint folders -> bundles
@@ -14,16 +15,28 @@ from pathlib import Path
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE, PRESETS, LingbotVAConfig
 
 
-def load_runtime(bundle, backend: str = "numba"):
-    """The world-action runtime of a lingbot_va bundle (read by `pipeline.stages.load_runtime`)."""
-    from embodied_ros.models.lingbot_va import transformer
+def model_spec(bundle):
+    """The ModelSpec of an open lingbot_va bundle, from its metadata alone (no weights read)."""
+    from embodied_ros.models.lingbot_va.runtime import model_spec_of
+
+    return model_spec_of(_bundle_config(bundle))
+
+
+def _bundle_config(bundle) -> LingbotVAConfig:
     from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
-    from embodied_ros.models.lingbot_va.runtime import LingbotVARuntime
-    from embodied_ros.models.lingbot_va.text import Tokenizer
 
     if BLOCKS_ONLY in bundle.config:
         raise ValueError(f"{bundle.path}: holds bare Wan blocks (a parity record), not a world-action model")
-    cfg = LingbotVAConfig.from_dict(bundle.config)
+    return LingbotVAConfig.from_dict(bundle.config)
+
+
+def load_runtime(bundle, backend: str = "numba"):
+    """The world-action runtime of a lingbot_va bundle (read by `pipeline.stages.load_runtime`)."""
+    from embodied_ros.models.lingbot_va import transformer
+    from embodied_ros.models.lingbot_va.runtime import LingbotVARuntime
+    from embodied_ros.models.lingbot_va.text import Tokenizer
+
+    cfg = _bundle_config(bundle)
     if bundle.tokenizer_model is None:
         raise ValueError(f"{bundle.path}: the bundle has no tokenizer")
     weights = transformer.load_weights(bundle.weight, cfg)

@@ -46,6 +46,14 @@ def _elapsed_ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1e3, 3)
 
 
+def model_spec_of(cfg: LingbotVAConfig) -> ModelSpec:
+    return ModelSpec(
+        architecture=ARCHITECTURE, camera_names=cfg.camera_names, image_size=cfg.image_size,
+        state_names=cfg.state_names, action_names=cfg.action_names, chunk_size=cfg.chunk_size,
+        action_period_s=cfg.action_period_s, noise_shape=(cfg.chunk_size, cfg.action_dim),
+        world_noise_shape=tuple(cfg.world_noise_shape), has_world_model=True)
+
+
 class LingbotVARuntime:
     def __init__(self, cfg: LingbotVAConfig, weights: tf.LingbotVAWeights, stats: Mapping[str, Mapping[str, np.ndarray]],
                  tokenizer: Tokenizer, backend: str = "numba") -> None:
@@ -55,11 +63,7 @@ class LingbotVARuntime:
         self.state_mean, self.state_std = (np.asarray(stats["state"][k], np.float32) for k in ("mean", "std"))
         self.action_mean, self.action_std = (np.asarray(stats["action"][k], np.float32) for k in ("mean", "std"))
         self.ks = KernelSet(backend)
-        self.spec = ModelSpec(
-            architecture=ARCHITECTURE, camera_names=cfg.camera_names, image_size=cfg.image_size,
-            state_names=cfg.state_names, action_names=cfg.action_names, chunk_size=cfg.chunk_size,
-            action_period_s=cfg.action_period_s, noise_shape=(cfg.chunk_size, cfg.action_dim),
-            world_noise_shape=tuple(cfg.world_noise_shape), has_world_model=True)
+        self.spec = model_spec_of(cfg)
         self._action_rope = tf.action_rope(cfg)
 
     @property

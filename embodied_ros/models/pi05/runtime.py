@@ -41,12 +41,7 @@ class Pi05Runtime:
         self.state_stats = state_stats
         self.action_stats = action_stats
         self.noise_rng = np.random.default_rng(config.noise_seed)
-        size = config.vision.image_size
-        self.spec = ModelSpec(
-            architecture="pi05", camera_names=config.camera_names, image_size=(size, size),
-            state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
-            action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
-            world_noise_shape=None, has_world_model=False)
+        self.spec = model_spec_of(config)
 
     @classmethod
     def from_parts(cls, config: Pi05Config, weights: Mapping[str, Any], tokenizer_model: bytes | None = None,
@@ -130,19 +125,37 @@ class Pi05Runtime:
         return actions.astype(np.float32)
 
 
+def model_spec_of(config: Pi05Config) -> ModelSpec:
+    size = config.vision.image_size
+    return ModelSpec(
+        architecture="pi05", camera_names=config.camera_names, image_size=(size, size),
+        state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
+        action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
+        world_noise_shape=None, has_world_model=False)
+
+
+def model_spec(bundle) -> ModelSpec:
+    """The ModelSpec of an open bundle, from its metadata alone (no weights read)."""
+    return model_spec_of(_bundle_config(bundle))
+
+
+def _bundle_config(bundle) -> Pi05Config:
+    robot = bundle.robot
+    if robot is None:
+        raise ValueError(f"{bundle.path}: pi05 bundle lacks robot metadata (state/action names, action period)")
+    return Pi05Config.from_bundle_sections(
+        bundle.config, bundle.solver,
+        {"state_names": robot.state_names, "action_names": robot.action_names,
+         "action_period_s": robot.action_period_s})
+
+
 def load_runtime(bundle, backend: str = "numba", warm_up: bool = True) -> Pi05Runtime:
     """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped.
 
     With `warm_up` (the default) every kernel is compiled before this returns, so that no
     compilation happens inside a control step (see Pi05Model.warm_up).
     """
-    robot = bundle.robot
-    if robot is None:
-        raise ValueError(f"{bundle.path}: pi05 bundle lacks robot metadata (state/action names, action period)")
-    config = Pi05Config.from_bundle_sections(
-        bundle.config, bundle.solver,
-        {"state_names": robot.state_names, "action_names": robot.action_names,
-         "action_period_s": robot.action_period_s})
+    config = _bundle_config(bundle)
     runtime = Pi05Runtime.from_parts(config, bundle.weights(), bundle.tokenizer_model, bundle.stats, backend)
     if warm_up:
         runtime.model.warm_up()
