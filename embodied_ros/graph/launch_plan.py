@@ -2,7 +2,9 @@
 
 launch/pi05.launch.py turns this plan into launch_ros actions; `embodied-ros up` starts the same
 nodes itself. Composed: one container process hosting every node. Separate: one lifecycle node
-process per stage (the world node idles for models without a world model).
+process per stage (the world node idles for models without a world model). With
+`robot="synthetic"`, one more process: the simulated arm and cameras of `embodied-ros up`
+(nodes/synthetic.py), so the graph runs end to end without hardware.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from embodied_ros.nodes.params import node_parameters
 
 NODE_ORDER = ("observation", "perception", "prefix", "world", "action", "controller")
 CONTAINER = "embodied-ros-container"
+SYNTHETIC_ROBOT = "embodied-ros-synthetic-robot"
+ROBOTS = ("none", "synthetic")  # none: the robot's own drivers publish the inputs and take the commands
 
 
 def executable_of(node: str) -> str:
@@ -32,20 +36,26 @@ class PlannedProcess:
     arguments: tuple[str, ...] = ()
 
 
-def launch_plan(config_path: str | Path, bundle: str = "", layout: str = "") -> list[PlannedProcess]:
+def launch_plan(config_path: str | Path, bundle: str = "", layout: str = "", robot: str = "none") -> list[PlannedProcess]:
+    if robot not in ROBOTS:
+        raise ValueError(f"robot {robot!r} is not one of: {', '.join(ROBOTS)}")
     overrides: dict[str, Any] = {}
     if bundle:
         overrides["bundle"] = str(Path(bundle).resolve())
     if layout:
         overrides["layout"] = layout
     config = load_config(config_path, overrides)
+    config_arguments = ("--config", str(Path(config_path).resolve()))
+    if bundle:
+        config_arguments += ("--bundle", overrides["bundle"])
     if config.layout == "composed":
-        arguments = ["--config", str(Path(config_path).resolve())]
-        if bundle:
-            arguments += ["--bundle", overrides["bundle"]]
-        return [PlannedProcess(CONTAINER, None, lifecycle=False, arguments=tuple(arguments))]
-    parameters = node_parameters(config)
-    return [PlannedProcess(executable_of(name), name, lifecycle=True, parameters=parameters) for name in NODE_ORDER]
+        plan = [PlannedProcess(CONTAINER, None, lifecycle=False, arguments=config_arguments)]
+    else:
+        parameters = node_parameters(config)
+        plan = [PlannedProcess(executable_of(name), name, lifecycle=True, parameters=parameters) for name in NODE_ORDER]
+    if robot == "synthetic":
+        plan.append(PlannedProcess(SYNTHETIC_ROBOT, "synthetic_robot", lifecycle=False, arguments=config_arguments))
+    return plan
 
 
 def parse_remaps(text: str) -> list[tuple[str, str]]:

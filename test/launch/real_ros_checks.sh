@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The launch-level checks under a real ROS 2 (ros2 launch, launch_test) against a colcon install of
+# this package, in one command:
+#
+#   test/launch/real_ros_checks.sh [RUNS]        RUNS (default 20) Ctrl-C's per launch file and layout
+#
+#   ENV_SH    what to source for ROS 2 + the install (default /tmp/ros2_project_ws/env.sh, as written by a
+#             real-toolset build; on a robot: a file sourcing /opt/ros/<distro>/setup.bash and install/setup.bash)
+#   WS        the colcon workspace holding src/embodied_ros (default: the folder of ENV_SH)
+#   LOGS      where the logs go (default /tmp/embodied_ros_real_checks)
+#   ONLY      a subset of the checks: "launch_test", "launch" (default: both)
+#
+# 1. launch_test of test/launch/test_latency_launch.py on the install as it is (run first, so it sees
+#    the kernel cache the install built, not one a launch below filled): passes, and its time from start.
+# 2. For pi05.launch.py and lingbot_va.launch.py, layout:=composed and layout:=separate, RUNS times:
+#    `ros2 launch ... robot:=synthetic`; graph_probe.py waits until every node is active and the
+#    commands stream at the controller's rate, and sees the simulated arm's joint states change; then
+#    SIGINT to `ros2 launch` (what Ctrl-C sends it); `ros2 launch` must exit 0 within 60 s, with no
+#    RCLError, "Failed to complete transition", "Unable to start transition" or traceback in its log.
+# Prints one line per run and a summary; exit status 0 when every check passed.
+set -uo pipefail
+set -m  # background jobs as in a terminal: their own process group, SIGINT not ignored
+
+RUNS=${1:-20}
+ENV_SH=${ENV_SH:-/tmp/ros2_project_ws/env.sh}
+WS=${WS:-$(dirname "$ENV_SH")}
+LOGS=${LOGS:-/tmp/embodied_ros_real_checks}
+ONLY=${ONLY:-launch_test launch}
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PROBE="$HERE/graph_probe.py"
+LAUNCH_TEST_LIMIT_S=30
+SHUTDOWN_LIMIT_S=60
+BAD_LINES='RCLError|Failed to complete transition|Unable to start transition|Traceback'
+
+[ -f "$ENV_SH" ] || { echo "real_ros_checks: no $ENV_SH (set ENV_SH to the file that sources ROS 2 and the install)" >&2; exit 2; }
+set +u; source "$ENV_SH"; set -u
+command -v ros2 >/dev/null || { echo "real_ros_checks: no ros2 after sourcing $ENV_SH" >&2; exit 2; }
+export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-87}
+rm -rf "$LOGS"; mkdir -p "$LOGS"
+FAILED=0
+SUMMARY=()
+
+if [[ " $ONLY " == *" launch_test "* ]]; then
+  test_file="$WS/src/embodied_ros/test/launch/test_latency_launch.py"
+  start_ns=$(date +%s%N)
+  timeout 300 launch_test "$test_file" > "$LOGS/launch_test.log" 2>&1
+  rc=$?
+  took_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+  verdict=pass
+  if [ $rc != 0 ]; then verdict="FAIL (exit $rc)"; FAILED=1
+  elif [ $took_ms -gt $((LAUNCH_TEST_LIMIT_S * 1000)) ]; then verdict="FAIL (over ${LAUNCH_TEST_LIMIT_S} s)"; FAILED=1; fi
+  line="launch_test test_latency_launch.py: $verdict in $((took_ms / 1000)).$(( took_ms % 1000 / 100 )) s (log $LOGS/launch_test.log)"
+  echo "$line"; SUMMARY+=("$line")
+fi
+
+if [[ " $ONLY " == *" launch "* ]]; then
+  for launch_file in pi05 lingbot_va; do
+    config=$([ $launch_file = pi05 ] && echo pi05.yaml || echo lingbot_va.yaml)
+    for layout in composed separate; do
+      passed=0; problems=()
+      for run in $(seq 1 "$RUNS"); do
+        log="$LOGS/$launch_file-$layout-$run.log"
+        ros2 launch embodied_ros "$launch_file.launch.py" layout:=$layout robot:=synthetic > "$log" 2>&1 &
+        launch_pid=$!
+        probed=$(timeout 180 python3 "$PROBE" --config $config --layout $layout 2>>"$log.probe")
+        probe_rc=$?
+        kill -INT $launch_pid 2>/dev/null
+        waited=0
+        while kill -0 $launch_pid 2>/dev/null && [ $waited -lt $((SHUTDOWN_LIMIT_S * 10)) ]; do
+          sleep 0.1; waited=$((waited + 1))
+        done
+        if kill -0 $launch_pid 2>/dev/null; then
+          kill -KILL $launch_pid; wait $launch_pid 2>/dev/null; exit_code="hung"
+        else
+          wait $launch_pid; exit_code=$?
+        fi
+        bad=$(grep -E "$BAD_LINES" "$log" | head -n 3)
+        problem=""
+        [ $probe_rc = 0 ] || problem="probe: ${probed:-exit $probe_rc}"
+        [ "$exit_code" = 0 ] || problem="$problem${problem:+; }ros2 launch exit $exit_code"
+        [ -z "$bad" ] || problem="$problem${problem:+; }log: $(echo "$bad" | tr '\n' ' ' | cut -c1-300)"
+        if [ -z "$problem" ]; then
+          passed=$((passed + 1)); echo "$launch_file $layout run $run: pass $probed"
+        else
+          problems+=("run $run: $problem"); echo "$launch_file $layout run $run: FAIL $problem (log $log)"
+        fi
+      done
+      line="$launch_file.launch.py layout:=$layout robot:=synthetic: $passed of $RUNS passed"
+      [ $passed = "$RUNS" ] || FAILED=1
+      SUMMARY+=("$line"); for p in "${problems[@]}"; do SUMMARY+=("    $p"); done
+    done
+  done
+fi
+
+echo "== real ROS 2 checks ($(date -u +%FT%TZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores)"
+printf '%s\n' "${SUMMARY[@]}"
+exit $FAILED
