@@ -15,8 +15,10 @@
 # 2. For pi05.launch.py and lingbot_va.launch.py, layout:=composed and layout:=separate, RUNS times:
 #    `ros2 launch ... robot:=synthetic`; graph_probe.py waits until every node is active and the
 #    commands stream at the controller's rate, and sees the simulated arm's joint states change; then
-#    SIGINT to `ros2 launch` (what Ctrl-C sends it); `ros2 launch` must exit 0 within 60 s, with no
-#    RCLError, "Failed to complete transition", "Unable to start transition" or traceback in its log.
+#    SIGINT to `ros2 launch` (what Ctrl-C sends it); `ros2 launch` must exit 0 within 60 s, leave no
+#    process behind, with no RCLError, "Failed to complete transition", "Unable to start transition",
+#    traceback, SIGTERM escalation or "process has died" in its log. Each launch file and layout has
+#    its own ROS_DOMAIN_ID (from ROS_DOMAIN_ID, default 80, up).
 # Prints one line per run and a summary; exit status 0 when every check passed.
 set -uo pipefail
 set -m  # background jobs as in a terminal: their own process group, SIGINT not ignored
@@ -26,16 +28,17 @@ ENV_SH=${ENV_SH:-/tmp/ros2_project_ws/env.sh}
 WS=${WS:-$(dirname "$ENV_SH")}
 LOGS=${LOGS:-/tmp/embodied_ros_real_checks}
 ONLY=${ONLY:-launch_test launch}
+DOMAIN_BASE=${ROS_DOMAIN_ID:-80}  # one domain per launch file and layout: a straggler of one cannot answer for another
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PROBE="$HERE/graph_probe.py"
 LAUNCH_TEST_LIMIT_S=30
 SHUTDOWN_LIMIT_S=60
-BAD_LINES='RCLError|Failed to complete transition|Unable to start transition|Traceback'
+# a node that needed launch's SIGTERM (or died of it) did not shut down on Ctrl-C
+BAD_LINES="RCLError|Failed to complete transition|Unable to start transition|Traceback|escalating to 'SIG|process has died"
 
 [ -f "$ENV_SH" ] || { echo "real_ros_checks: no $ENV_SH (set ENV_SH to the file that sources ROS 2 and the install)" >&2; exit 2; }
 set +u; source "$ENV_SH"; set -u
 command -v ros2 >/dev/null || { echo "real_ros_checks: no ros2 after sourcing $ENV_SH" >&2; exit 2; }
-export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-87}
 rm -rf "$LOGS"; mkdir -p "$LOGS"
 FAILED=0
 SUMMARY=()
@@ -43,7 +46,7 @@ SUMMARY=()
 if [[ " $ONLY " == *" launch_test "* ]]; then
   test_file="$WS/src/embodied_ros/test/launch/test_latency_launch.py"
   start_ns=$(date +%s%N)
-  timeout 300 launch_test "$test_file" > "$LOGS/launch_test.log" 2>&1
+  ROS_DOMAIN_ID=$DOMAIN_BASE timeout 300 launch_test "$test_file" > "$LOGS/launch_test.log" 2>&1
   rc=$?
   took_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
   verdict=pass
@@ -54,13 +57,17 @@ if [[ " $ONLY " == *" launch_test "* ]]; then
 fi
 
 if [[ " $ONLY " == *" launch "* ]]; then
+  domain=$DOMAIN_BASE
   for launch_file in pi05 lingbot_va; do
     config=$([ $launch_file = pi05 ] && echo pi05.yaml || echo lingbot_va.yaml)
     for layout in composed separate; do
+      domain=$((domain + 1)); export ROS_DOMAIN_ID=$domain
       passed=0; problems=()
       for run in $(seq 1 "$RUNS"); do
         log="$LOGS/$launch_file-$layout-$run.log"
-        ros2 launch embodied_ros "$launch_file.launch.py" layout:=$layout robot:=synthetic > "$log" 2>&1 &
+        # SIGINT back to its default first: a shell started in the background hands its children SIGINT ignored
+        python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+          ros2 launch embodied_ros "$launch_file.launch.py" layout:=$layout robot:=synthetic > "$log" 2>&1 &
         launch_pid=$!
         probed=$(timeout 180 python3 "$PROBE" --config $config --layout $layout 2>>"$log.probe")
         probe_rc=$?
@@ -70,13 +77,15 @@ if [[ " $ONLY " == *" launch "* ]]; then
           sleep 0.1; waited=$((waited + 1))
         done
         if kill -0 $launch_pid 2>/dev/null; then
-          kill -KILL $launch_pid; wait $launch_pid 2>/dev/null; exit_code="hung"
+          kill -KILL -- -$launch_pid; wait $launch_pid 2>/dev/null; exit_code="hung"  # its process group: launch and its nodes
         else
           wait $launch_pid; exit_code=$?
         fi
-        bad=$(grep -E "$BAD_LINES" "$log" | head -n 3)
         problem=""
-        [ $probe_rc = 0 ] || problem="probe: ${probed:-exit $probe_rc}"
+        left=$(pgrep -g $launch_pid | tr '\n' ' ')
+        if [ -n "$left" ]; then problem="processes left running: $left"; kill -KILL -- -$launch_pid 2>/dev/null; fi
+        bad=$(grep -E "$BAD_LINES" "$log" | head -n 3)
+        [ $probe_rc = 0 ] || problem="$problem${problem:+; }probe: ${probed:-exit $probe_rc}"
         [ "$exit_code" = 0 ] || problem="$problem${problem:+; }ros2 launch exit $exit_code"
         [ -z "$bad" ] || problem="$problem${problem:+; }log: $(echo "$bad" | tr '\n' ' ' | cut -c1-300)"
         if [ -z "$problem" ]; then
