@@ -112,11 +112,12 @@ fi
 "$VENV/bin/embodied-ros" --version | sed 's/^/  /'
 
 step "compiling the CPU kernels (numba cache, so the first start does not wait for it)"
-KERNEL_DIGEST="$(digest "$ROOT"/embodied_ros/kernels/*.py <(echo "$REQ_DIGEST"))"
+KERNEL_DIGEST="$(digest "$ROOT"/embodied_ros/kernels/*.py "$ROOT"/bundles/*.gguf <(echo "$REQ_DIGEST"))"
 if fresh kernels "$KERNEL_DIGEST"; then
   echo "  up to date"
 else
-  "$VENV/bin/python" -c 'from embodied_ros.kernels import KernelSet; KernelSet("numba").compile()' \
+  "$VENV/bin/python" -c 'import sys; from embodied_ros.nodes.runtime_cache import compile_kernel_cache
+compile_kernel_cache(sys.argv[1:])' "$ROOT"/bundles/*.gguf \
     || fail "compiling the CPU kernels failed"
   mark kernels "$KERNEL_DIGEST"
   echo "  compiled"

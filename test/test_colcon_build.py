@@ -66,13 +66,15 @@ def test_colcon_build_and_install_space(tmp_path):
             if path.is_file():
                 assert (prefix / "share" / "embodied_ros" / folder / path.name).is_file(), f"{folder}/{path.name}"
 
-    # the install compiled the kernels: a fresh process loads every one from numba's cache
+    # the install compiled the kernels: a fresh process that runs them and warms up the shipped bundles
+    # loads every one from numba's cache
     cached = (
         "import sys\n"
         "from numba.core.dispatcher import Dispatcher\n"
-        "from embodied_ros.kernels import KernelSet\n"
-        "KernelSet('numba').compile()\n"
-        "kernels = {id(v): v for name, module in list(sys.modules.items()) if name.startswith('embodied_ros.kernels')\n"
+        "from embodied_ros.nodes.runtime_cache import compile_kernel_cache\n"
+        "from embodied_ros.share import share_path\n"
+        "compile_kernel_cache(sorted(share_path('bundles').glob('*.gguf')))\n"
+        "kernels = {id(v): v for name, module in list(sys.modules.items()) if name.startswith('embodied_ros.')\n"
         "           for v in vars(module).values() if isinstance(v, Dispatcher)}.values()\n"
         "print(sum(sum(k.stats.cache_hits.values()) for k in kernels), sum(sum(k.stats.cache_misses.values()) for k in kernels))\n"
     )

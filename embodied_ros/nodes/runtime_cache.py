@@ -8,6 +8,8 @@ process's compute settings (`compute.*` of the graph config).
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -42,6 +44,17 @@ def warm_up(runtime: Runtime) -> None:
         stamp_ns=0, images={name: np.zeros((height, width, 3), np.uint8) for name in spec.camera_names},
         state=np.zeros(len(spec.state_names), np.float32), instruction="warm up")
     infer(runtime, observation, np.zeros(spec.noise_shape, np.float32))
+
+
+def compile_kernel_cache(bundles: Sequence[str | Path] = ()) -> None:
+    """Fill numba's on-disk cache before any node starts (setup.sh, the colcon install): every CPU
+    kernel on its examples, then a warm-up of each bundle's runtime, which adds the variants a model
+    calls with its memory-mapped (read-only) weights."""
+    from embodied_ros.kernels import KernelSet
+
+    KernelSet("numba").compile()
+    for bundle in bundles:
+        warm_up(load_runtime(bundle, "numba"))
 
 
 def apply_compute_settings(config: GraphConfig) -> None:

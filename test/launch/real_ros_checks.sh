@@ -84,10 +84,10 @@ if [[ " $ONLY " == *" launch "* ]]; then
         problem=""
         left=$(pgrep -g $launch_pid | tr '\n' ' ')
         if [ -n "$left" ]; then problem="processes left running: $left"; kill -KILL -- -$launch_pid 2>/dev/null; fi
-        bad=$(grep -E "$BAD_LINES" "$log" | head -n 3)
+        bad=$(grep -E "$BAD_LINES" "$log")
         [ $probe_rc = 0 ] || problem="$problem${problem:+; }probe: ${probed:-exit $probe_rc}"
         [ "$exit_code" = 0 ] || problem="$problem${problem:+; }ros2 launch exit $exit_code"
-        [ -z "$bad" ] || problem="$problem${problem:+; }log: $(echo "$bad" | tr '\n' ' ' | cut -c1-300)"
+        [ -z "$bad" ] || problem="$problem${problem:+; }log: $(grep -oE "$BAD_LINES" "$log" | sort | uniq -c | xargs)"
         if [ -z "$problem" ]; then
           passed=$((passed + 1)); echo "$launch_file $layout run $run: pass $probed"
         else
