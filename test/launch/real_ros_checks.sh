@@ -9,6 +9,8 @@
 #   WS        the colcon workspace holding src/embodied_ros (default: the folder of ENV_SH)
 #   LOGS      where the logs go (default /tmp/embodied_ros_real_checks)
 #   ONLY      a subset of the checks: "launch_test", "launch" (default: both)
+#   LAUNCH_FILES, LAYOUTS   subsets of "pi05 lingbot_va" and "composed separate" (default: all)
+#   LAUNCH_ARGS more NAME:=VALUE arguments for every `ros2 launch` (e.g. sigterm_timeout:=20)
 #
 # 1. launch_test of test/launch/test_latency_launch.py on the install as it is (run first, so it sees
 #    the kernel cache the install built, not one a launch below filled): passes, and its time from start.
@@ -28,6 +30,9 @@ ENV_SH=${ENV_SH:-/tmp/ros2_project_ws/env.sh}
 WS=${WS:-$(dirname "$ENV_SH")}
 LOGS=${LOGS:-/tmp/embodied_ros_real_checks}
 ONLY=${ONLY:-launch_test launch}
+LAUNCH_FILES=${LAUNCH_FILES:-pi05 lingbot_va}
+LAYOUTS=${LAYOUTS:-composed separate}
+LAUNCH_ARGS=${LAUNCH_ARGS:-}
 DOMAIN_BASE=${ROS_DOMAIN_ID:-80}  # one domain per launch file and layout: a straggler of one cannot answer for another
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PROBE="$HERE/graph_probe.py"
@@ -58,16 +63,16 @@ fi
 
 if [[ " $ONLY " == *" launch "* ]]; then
   domain=$DOMAIN_BASE
-  for launch_file in pi05 lingbot_va; do
+  for launch_file in $LAUNCH_FILES; do
     config=$([ $launch_file = pi05 ] && echo pi05.yaml || echo lingbot_va.yaml)
-    for layout in composed separate; do
+    for layout in $LAYOUTS; do
       domain=$((domain + 1)); export ROS_DOMAIN_ID=$domain
       passed=0; problems=()
       for run in $(seq 1 "$RUNS"); do
         log="$LOGS/$launch_file-$layout-$run.log"
         # SIGINT back to its default first: a shell started in the background hands its children SIGINT ignored
         python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
-          ros2 launch embodied_ros "$launch_file.launch.py" layout:=$layout robot:=synthetic > "$log" 2>&1 &
+          ros2 launch embodied_ros "$launch_file.launch.py" layout:=$layout robot:=synthetic $LAUNCH_ARGS > "$log" 2>&1 &
         launch_pid=$!
         probed=$(timeout 180 python3 "$PROBE" --config $config --layout $layout 2>>"$log.probe")
         probe_rc=$?
@@ -87,11 +92,11 @@ if [[ " $ONLY " == *" launch "* ]]; then
         bad=$(grep -E "$BAD_LINES" "$log")
         [ $probe_rc = 0 ] || problem="$problem${problem:+; }probe: ${probed:-exit $probe_rc}"
         [ "$exit_code" = 0 ] || problem="$problem${problem:+; }ros2 launch exit $exit_code"
-        [ -z "$bad" ] || problem="$problem${problem:+; }log: $(grep -oE "$BAD_LINES" "$log" | sort | uniq -c | xargs)"
+        [ -z "$bad" ] || problem="$problem${problem:+; }log: $(grep -oE "$BAD_LINES" "$log" | sort | uniq -c | sed 's/^ *//' | paste -sd ',')"
         if [ -z "$problem" ]; then
           passed=$((passed + 1)); echo "$launch_file $layout run $run: pass $probed"
         else
-          problems+=("run $run: $problem"); echo "$launch_file $layout run $run: FAIL $problem (log $log)"
+          problems+=("run $run: $problem"); echo "$launch_file $layout run $run: FAIL $problem (log $log) $probed"
         fi
       done
       line="$launch_file.launch.py layout:=$layout robot:=synthetic: $passed of $RUNS passed"
