@@ -79,3 +79,11 @@ def test_the_robot_executable_refuses_a_missing_bundle_in_one_line_and_prints_he
     with pytest.raises(SystemExit) as exited:
         synthetic.main(["embodied-ros-synthetic-robot", "--help"])
     assert exited.value.code == 0 and "--bundle" in capsys.readouterr().out
+
+
+def test_a_model_family_without_model_spec_is_a_one_line_error(monkeypatch):
+    import embodied_ros.models.pi05 as family
+
+    monkeypatch.delattr(family, "model_spec")
+    with pytest.raises(ValueError, match="model family 'pi05' cannot describe its inputs"):
+        read_spec(load_config(share_path("config", "pi05.yaml")).bundle)

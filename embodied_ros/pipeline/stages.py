@@ -78,7 +78,10 @@ def read_spec(bundle_path: str | Path) -> ModelSpec:
     from embodied_ros.bundle import open_bundle
 
     bundle = open_bundle(bundle_path, verify_digest=False)
-    return _family(bundle).model_spec(bundle)
+    model_spec = getattr(_family(bundle), "model_spec", None)
+    if model_spec is None:
+        raise ValueError(f"{bundle.path}: model family {bundle.architecture!r} cannot describe its inputs (no model_spec)")
+    return model_spec(bundle)
 
 
 def _family(bundle):
