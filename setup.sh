@@ -78,7 +78,7 @@ else
   rm -rf "$BUILD" && mkdir -p "$ROOT/build"
   export AMENT_PREFIX_PATH="$VENV" CMAKE_PREFIX_PATH="$VENV"
   echo "  configuring (cmake)"
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DEMBODIED_ROS_KERNEL_CACHE=OFF \
     -DCMAKE_INSTALL_PREFIX="$VENV" -DPYTHON_INSTALL_DIR="$BUILD/python" \
     -DPython3_EXECUTABLE="$VENV/bin/python" > "$ROOT/build/configure.log" 2>&1 \
     || { tail -n 30 "$ROOT/build/configure.log" >&2; fail "cmake configure failed (full log: build/configure.log)"; }
@@ -112,11 +112,12 @@ fi
 "$VENV/bin/embodied-ros" --version | sed 's/^/  /'
 
 step "compiling the CPU kernels (numba cache, so the first start does not wait for it)"
-KERNEL_DIGEST="$(digest "$ROOT"/embodied_ros/kernels/*.py <(echo "$REQ_DIGEST"))"
+KERNEL_DIGEST="$(digest "$ROOT"/embodied_ros/kernels/*.py "$ROOT"/bundles/*.gguf <(echo "$REQ_DIGEST"))"
 if fresh kernels "$KERNEL_DIGEST"; then
   echo "  up to date"
 else
-  "$VENV/bin/python" -c 'from embodied_ros.kernels import KernelSet; KernelSet("numba").compile()' \
+  "$VENV/bin/python" -c 'import sys; from embodied_ros.nodes.runtime_cache import compile_kernel_cache
+compile_kernel_cache(sys.argv[1:])' "$ROOT"/bundles/*.gguf \
     || fail "compiling the CPU kernels failed"
   mark kernels "$KERNEL_DIGEST"
   echo "  compiled"

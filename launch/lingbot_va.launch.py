@@ -1,7 +1,8 @@
 """Start the embodied_ros graph for a LingBot-VA-style world-action bundle (Wan2.2 blocks).
 
     ros2 launch embodied_ros lingbot_va.launch.py [bundle:=/path/model.gguf] [layout:=composed|separate]
-        [namespace:=arm] [remaps:=joint_states:=/arm/joint_states,instruction:=/task] [config:=my.yaml]
+        [robot:=none|synthetic] [namespace:=arm] [remaps:=joint_states:=/arm/joint_states,instruction:=/task]
+        [config:=my.yaml]
 
 The same graph as pi05.launch.py (whose arguments all apply), with config/lingbot_va.yaml as the
 default configuration: the world predictor node runs every `schedule.world` steps and the action

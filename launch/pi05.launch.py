@@ -1,12 +1,15 @@
 """Start the embodied_ros graph for a pi0.5 bundle.
 
     ros2 launch embodied_ros pi05.launch.py bundle:=/path/model.gguf [layout:=composed|separate]
-        [namespace:=arm] [remaps:=joint_states:=/arm/joint_states,instruction:=/task] [config:=my.yaml]
+        [robot:=none|synthetic] [namespace:=arm] [remaps:=joint_states:=/arm/joint_states,instruction:=/task]
+        [config:=my.yaml]
 
 Composed: one `embodied-ros-container` process hosting every node (stage outputs by reference).
 Separate: one lifecycle node per process, configured then activated by launch (stage outputs as
 Tensor messages; see docs/graph.md for the Fast DDS shared-memory settings). A graph process that
 exits with an error (a missing bundle) ends the launch with exit status 1.
+robot:=synthetic also starts the simulated arm and cameras of `embodied-ros up` (no hardware); the
+default, none, starts no robot: a real arm's drivers publish the inputs and take the commands.
 """
 
 from launch import LaunchDescription
@@ -21,6 +24,10 @@ from lifecycle_msgs.msg import Transition
 from embodied_ros.graph.launch_plan import launch_plan, parse_remaps
 from embodied_ros.node_infra.paths import default_config
 
+# seconds a process has after SIGINT before launch escalates to SIGTERM (launch's own default, 5 s,
+# is shorter than a separate-layout node process takes to deactivate and exit on a busy 2-core machine)
+SHUTDOWN_GRACE_S = "30"
+
 
 def generate_launch_description() -> LaunchDescription:
     return LaunchDescription([
@@ -28,6 +35,8 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("bundle", default_value="", description="model bundle (default: the config's)"),
         DeclareLaunchArgument("layout", default_value="composed", choices=["composed", "separate"],
                               description="composed: one process; separate: one process per node"),
+        DeclareLaunchArgument("robot", default_value="none", choices=["none", "synthetic"],
+                              description="none: a real robot's drivers; synthetic: the simulated arm and cameras"),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of every node and topic"),
         DeclareLaunchArgument("remaps", default_value="", description="comma-separated FROM:=TO topic remaps"),
         OpaqueFunction(function=_graph_actions),
@@ -40,10 +49,11 @@ def _graph_actions(context):
 
     remappings = parse_remaps(argument("remaps"))
     actions = []
-    for process in launch_plan(argument("config"), bundle=argument("bundle"), layout=argument("layout")):
+    for process in launch_plan(argument("config"), bundle=argument("bundle"), layout=argument("layout"),
+                               robot=argument("robot")):
         common = dict(package="embodied_ros", executable=process.executable, namespace=argument("namespace"),
                       remappings=remappings, arguments=list(process.arguments), output="screen",
-                      on_exit=_fail_on_error_exit)
+                      on_exit=_fail_on_error_exit, sigterm_timeout=SHUTDOWN_GRACE_S)
         if not process.lifecycle:
             actions.append(Node(**common))
             continue

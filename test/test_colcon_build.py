@@ -1,5 +1,6 @@
 """The repository builds as a ROS 2 package with colcon (ROS from the wheels in the venv), and the
-install space it produces holds the messages, the Python package, the executables and the data."""
+install space it produces holds the messages, the Python package, the executables, the data and
+the CPU kernels compiled into numba's cache."""
 
 import os
 import shutil
@@ -64,3 +65,24 @@ def test_colcon_build_and_install_space(tmp_path):
         for path in (ROOT / folder).iterdir():
             if path.is_file():
                 assert (prefix / "share" / "embodied_ros" / folder / path.name).is_file(), f"{folder}/{path.name}"
+
+    # the install compiled the kernels: a fresh process that runs them and warms up the shipped bundles
+    # loads every one from numba's cache
+    cached = (
+        "import sys\n"
+        "from numba.core.dispatcher import Dispatcher\n"
+        "from embodied_ros.nodes.runtime_cache import compile_kernel_cache\n"
+        "from embodied_ros.share import share_path\n"
+        "compile_kernel_cache(sorted(share_path('bundles').glob('*.gguf')))\n"
+        "kernels = {id(v): v for name, module in list(sys.modules.items()) if name.startswith('embodied_ros.')\n"
+        "           for v in vars(module).values() if isinstance(v, Dispatcher)}.values()\n"
+        "print(sum(sum(k.stats.cache_hits.values()) for k in kernels), sum(sum(k.stats.cache_misses.values()) for k in kernels))\n"
+    )
+    result = subprocess.run(
+        ["bash", "-c", f"source {tmp_path}/install/setup.bash && cd {elsewhere} && python3 -c \"$CHECK\""],
+        env={**env, "CHECK": cached, "PYTHONPATH": "", "AMENT_PREFIX_PATH": str(VENV)},
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    hits, misses = map(int, result.stdout.split()[-2:])
+    assert hits > 0 and misses == 0, f"{misses} kernels compiled at start-up, {hits} loaded from the cache"

@@ -36,6 +36,17 @@ def test_separate_plan_is_one_lifecycle_node_per_stage_with_the_config_as_parame
     assert plan[0].parameters["bundle"] == str(config_file.parent / "model.gguf")
 
 
+def test_synthetic_robot_joins_either_layout_with_the_same_config(config_file):
+    for layout in ("composed", "separate"):
+        plan = launch_plan(config_file, bundle="other.gguf", layout=layout, robot="synthetic")
+        robot = plan[-1]
+        assert robot.executable == "embodied-ros-synthetic-robot" and not robot.lifecycle
+        assert robot.arguments == ("--config", str(config_file.resolve()), "--bundle", str(Path("other.gguf").resolve()))
+        assert "embodied-ros-synthetic-robot" not in [p.executable for p in launch_plan(config_file, layout=layout)]
+    with pytest.raises(ValueError, match="robot 'ur5' is not one of: none, synthetic"):
+        launch_plan(config_file, robot="ur5")
+
+
 def test_remaps_parse_and_reject_malformed_entries():
     assert parse_remaps("joint_states:=/arm/js, instruction:=/task") == [("joint_states", "/arm/js"),
                                                                         ("instruction", "/task")]
@@ -76,9 +87,9 @@ def test_launch_file_builds_lifecycle_nodes_with_configure_and_activate(monkeypa
     spec.loader.exec_module(module)
     description = module.generate_launch_description()
     declared = [a.args[0] for a in description.args[0] if type(a).__name__ == "DeclareLaunchArgument"]
-    assert declared == ["config", "bundle", "layout", "namespace", "remaps"]
+    assert declared == ["config", "bundle", "layout", "robot", "namespace", "remaps"]
     opaque = description.args[0][-1]
-    context = {"config": str(config_file), "bundle": "", "layout": "separate", "namespace": "arm",
+    context = {"config": str(config_file), "bundle": "", "layout": "separate", "robot": "none", "namespace": "arm",
                "remaps": "joint_states:=/arm/js"}
     actions = opaque.kwargs["function"](context)
     nodes = [a for a in actions if type(a).__name__ == "LifecycleNode"]
@@ -99,3 +110,7 @@ def test_launch_file_builds_lifecycle_nodes_with_configure_and_activate(monkeypa
         container.kwargs["on_exit"](failed, None)  # launch turns the exception into its exit status 1
     assert container.kwargs["on_exit"](types.SimpleNamespace(returncode=0, process_name="c"), None) is None
     assert all(node.kwargs["on_exit"] is container.kwargs["on_exit"] for node in nodes)
+    context["robot"] = "synthetic"
+    container, robot = opaque.kwargs["function"](context)
+    assert type(robot).__name__ == "Node" and robot.kwargs["executable"] == "embodied-ros-synthetic-robot"
+    assert robot.kwargs["namespace"] == "arm" and robot.kwargs["remappings"] == [("joint_states", "/arm/js")]

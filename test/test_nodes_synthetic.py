@@ -2,12 +2,17 @@
 one set of cameras (`sim.robot`): the node's joint states and images are those functions' output."""
 
 import numpy as np
+import pytest
 import rclpy
 from rclpy.context import Context
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from embodied_ros.node_infra.config import load_config
-from embodied_ros.nodes.synthetic import SyntheticRobot
+from embodied_ros.node_infra.paths import default_config
+from embodied_ros.nodes import synthetic
+from embodied_ros.nodes.synthetic import SyntheticRobot, robot_for_model
+from embodied_ros.pipeline.stages import load_runtime, read_spec
+from embodied_ros.share import share_path
 from embodied_ros.replay.synthetic import SyntheticConfig, measured_at, targets_at
 from embodied_ros.sim import robot
 from embodied_ros.sim.robot import ARM_JOINTS
@@ -45,3 +50,40 @@ def test_episodes_are_the_same_arm_following_the_scripted_targets():
     np.testing.assert_array_equal(targets_at(config, times), script)
     fine = robot.follow(targets_at(config, config.start_ns + np.arange(0, 1001) * 1_000_000), 1e-3, config.lag_s)
     np.testing.assert_allclose(measured_at(config, times), fine[::20][:len(times)], atol=5e-3)  # encoder noise 1e-3
+
+
+@pytest.mark.parametrize("config_name", ["pi05.yaml", "lingbot_va.yaml"])
+def test_the_robot_executable_reads_the_inputs_of_the_graph_from_the_bundle_metadata(config_name):
+    config = load_config(share_path("config", config_name), {"inputs.state_joints": ["base", "lift"]})
+    spec = read_spec(config.bundle)
+    assert spec == load_runtime(config.bundle, "numpy").spec
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    try:
+        node = robot_for_model(config, spec, context=context)
+        assert node.cameras == {name: spec.image_size for name in spec.camera_names}
+        assert node.joint_names[:2] == ("base", "lift") and set(spec.action_names) <= set(node.joint_names)
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+def test_the_robot_executable_refuses_a_missing_bundle_in_one_line_and_prints_help(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        synthetic.main(["embodied-ros-synthetic-robot", "--config", str(default_config()),
+                        "--bundle", str(tmp_path / "missing.gguf")])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("embodied-ros-synthetic-robot: error: ") and "missing.gguf" in error
+    assert error.count("\n") == 1
+    with pytest.raises(SystemExit) as exited:
+        synthetic.main(["embodied-ros-synthetic-robot", "--help"])
+    assert exited.value.code == 0 and "--bundle" in capsys.readouterr().out
+
+
+def test_a_model_family_without_spec_of_is_a_one_line_error(monkeypatch):
+    import embodied_ros.models.pi05 as family
+
+    monkeypatch.delattr(family, "spec_of")
+    with pytest.raises(ValueError, match="model family 'pi05' cannot describe its inputs"):
+        read_spec(load_config(share_path("config", "pi05.yaml")).bundle)

@@ -2,7 +2,9 @@
 
 launch/pi05.launch.py turns this plan into launch_ros actions; `embodied-ros up` starts the same
 nodes itself. Composed: one container process hosting every node. Separate: one lifecycle node
-process per stage (the world node idles for models without a world model).
+process per stage (the world node idles for models without a world model). With
+`robot="synthetic"`, one more process: the simulated arm and cameras of `embodied-ros up`
+(nodes/synthetic.py), so the graph runs end to end without hardware.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from embodied_ros.node_infra.node_table import NODES
 from embodied_ros.nodes.params import node_parameters
 
 CONTAINER = "embodied-ros-container"
+SYNTHETIC_ROBOT = "embodied-ros-synthetic-robot"
+ROBOTS = ("none", "synthetic")  # none: the robot's own drivers publish the inputs and take the commands
 
 
 @dataclass(frozen=True)
@@ -27,20 +31,27 @@ class PlannedProcess:
     arguments: tuple[str, ...] = ()
 
 
-def launch_plan(config_path: str | Path, bundle: str = "", layout: str = "") -> list[PlannedProcess]:
+def launch_plan(config_path: str | Path, bundle: str = "", layout: str = "", robot: str = "none") -> list[PlannedProcess]:
+    if robot not in ROBOTS:
+        raise ValueError(f"robot {robot!r} is not one of: {', '.join(ROBOTS)}")
     overrides: dict[str, Any] = {}
     if bundle:
         overrides["bundle"] = str(Path(bundle).resolve())
     if layout:
         overrides["layout"] = layout
     config = load_config(config_path, overrides)
+    config_arguments = ("--config", str(Path(config_path).resolve()))
+    if bundle:
+        config_arguments += ("--bundle", overrides["bundle"])
     if config.layout == "composed":
-        arguments = ["--config", str(Path(config_path).resolve())]
-        if bundle:
-            arguments += ["--bundle", overrides["bundle"]]
-        return [PlannedProcess(CONTAINER, None, lifecycle=False, arguments=tuple(arguments))]
-    parameters = node_parameters(config)
-    return [PlannedProcess(node.executable, node.name, lifecycle=True, parameters=parameters) for node in NODES]
+        plan = [PlannedProcess(CONTAINER, None, lifecycle=False, arguments=config_arguments)]
+    else:
+        parameters = node_parameters(config)
+        plan = [PlannedProcess(node.executable, node.name, lifecycle=True, parameters=parameters)
+                for node in NODES]
+    if robot == "synthetic":
+        plan.append(PlannedProcess(SYNTHETIC_ROBOT, "synthetic_robot", lifecycle=False, arguments=config_arguments))
+    return plan
 
 
 def parse_remaps(text: str) -> list[tuple[str, str]]:

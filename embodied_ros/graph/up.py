@@ -22,7 +22,7 @@ from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.node_infra.spinning import SpinThread, interrupts_ignored
 from embodied_ros.nodes.controller import WAITING_FOR_FIRST_CHUNK
 from embodied_ros.nodes.runtime_cache import acquire_runtime
-from embodied_ros.nodes.synthetic import SyntheticRobot
+from embodied_ros.nodes.synthetic import robot_for_model
 from embodied_ros.pipeline.stages import Runtime
 
 
@@ -66,10 +66,7 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
     outside = SingleThreadedExecutor(context=context)
     outside.add_node(monitor)
     if synthetic:
-        cameras = {name: spec.image_size for name in (config.inputs.cameras or spec.camera_names)}
-        robot = SyntheticRobot(config, cameras, config.inputs.state_joints or spec.state_names,
-                               config.controller.joints or spec.action_names, **node_kwargs)
-        outside.add_node(robot)
+        outside.add_node(robot_for_model(config, spec, **node_kwargs))
     spinner = SpinThread(outside, "up-outside")
     spinner.start()
     launched = started = time.monotonic()

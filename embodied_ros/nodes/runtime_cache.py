@@ -8,6 +8,8 @@ process's compute settings (`compute.*` of the graph config).
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import Sequence
 
 from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.pipeline.stages import Runtime, load_runtime
@@ -40,6 +42,17 @@ def check_drives_the_graph(bundle_path: str) -> None:
 
     if open_bundle(bundle_path, verify_digest=False).tokenizer_model is None:
         raise BundleError(f"{bundle_path}: {NO_TOKENIZER}")
+
+
+def compile_kernel_cache(bundles: Sequence[str | Path] = ()) -> None:
+    """Fill numba's on-disk cache before any node starts (setup.sh, the colcon install): every CPU
+    kernel on its examples, then a warm-up of each bundle's runtime, which adds the variants a model
+    calls with its memory-mapped (read-only) weights."""
+    from embodied_ros.kernels import KernelSet
+
+    KernelSet("numba").compile()
+    for bundle in bundles:
+        load_runtime(bundle, "numba").warm_up()
 
 
 def apply_compute_settings(config: GraphConfig) -> None:

@@ -6,10 +6,20 @@ The arm starts at rest, follows the controller's commands with a first-order lag
 each camera renders the arm as it is at `synthetic.camera_rate_hz`; the instruction is published
 once (latched). `record-synthetic` writes episodes of the same arm and cameras. `make_image` and
 `make_joint_state` are the seams tests override to inject faults.
+
+`embodied-ros up` runs it beside the graph; on its own, for launch files (`robot:=synthetic`):
+
+    embodied-ros-synthetic-robot [--config config/pi05.yaml] [--bundle B] [--ros-args ...]
+
+It reads the cameras and joints the graph listens to from the config and the bundle's metadata (no
+weights loaded).
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
+import time
 from typing import Sequence
 
 import numpy as np
@@ -19,12 +29,16 @@ from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.deploy.messages import command_positions
-from embodied_ros.node_infra.config import GraphConfig
+from embodied_ros.node_infra.config import GraphConfig, load_config
+from embodied_ros.node_infra.paths import default_config
+from embodied_ros.node_infra.spinning import SpinThread, interrupts_ignored
 from embodied_ros.node_infra.topics import COMMAND_TOPICS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, camera_topic
 from embodied_ros.inputs.image import array_to_image
 from embodied_ros.inputs.stamps import ns_to_time
+from embodied_ros.pipeline.stages import ModelSpec, read_spec
 from embodied_ros.sim import robot
 from rclpy.qos import qos_profile_sensor_data
+from rclpy.utilities import remove_ros_args
 
 
 class SyntheticRobot(Node):
@@ -84,3 +98,50 @@ class SyntheticRobot(Node):
                 self.targets[index[name]] = value
         self.commands_received += 1
 
+
+
+def robot_for_model(config: GraphConfig, spec: ModelSpec, **node_kwargs) -> SyntheticRobot:
+    """The synthetic robot a graph of this config and model listens to: the model's cameras (or the
+    config's `inputs.cameras`) and the state and commanded joints, the config's names first."""
+    cameras = {name: spec.image_size for name in (config.inputs.cameras or spec.camera_names)}
+    return SyntheticRobot(config, cameras, config.inputs.state_joints or spec.state_names,
+                          config.controller.joints or spec.action_names, **node_kwargs)
+
+
+def main(args=None) -> None:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    argv = sys.argv if args is None else args
+    parser = argparse.ArgumentParser(prog="embodied-ros-synthetic-robot", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=None, help="graph config YAML (default: config/pi05.yaml)")
+    parser.add_argument("--bundle", help="model bundle file (overrides the config's `bundle`)")
+    options = parser.parse_args(remove_ros_args(argv)[1:])
+    try:
+        config = load_config(options.config or default_config(), {"bundle": options.bundle} if options.bundle else {})
+        if not config.bundle:
+            raise ValueError("no bundle configured: pass --bundle or set `bundle` in the config")
+        spec = read_spec(config.bundle)
+    except (OSError, ValueError) as error:
+        print(f"embodied-ros-synthetic-robot: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    rclpy.init(args=argv)
+    node = robot_for_model(config, spec)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    spinner = SpinThread(executor, "synthetic-robot")
+    spinner.start()
+    try:
+        while rclpy.ok():
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        with interrupts_ignored():
+            spinner.stop()
+            node.destroy_node()
+            rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

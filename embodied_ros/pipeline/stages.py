@@ -90,7 +90,7 @@ def _family(bundle, bundle_path):
         if error.name != f"embodied_ros.models.{bundle.architecture}":
             raise
         raise ValueError(
-            f"{bundle_path}: architecture {bundle.architecture!r} is not supported by this runtime"
+            f"{bundle.path}: architecture {bundle.architecture!r} is not supported by this runtime"
         ) from None
 
 
@@ -119,4 +119,7 @@ def read_spec(bundle_path: str | Path) -> ModelSpec:
     from embodied_ros.bundle import open_bundle
 
     bundle = open_bundle(bundle_path, verify_digest=False)  # the process that loads the weights checks them
-    return _family(bundle, bundle_path).spec_of(bundle)
+    spec_of = getattr(_family(bundle, bundle_path), "spec_of", None)
+    if spec_of is None:
+        raise ValueError(f"{bundle_path}: model family {bundle.architecture!r} cannot describe its inputs (no spec_of)")
+    return spec_of(bundle)

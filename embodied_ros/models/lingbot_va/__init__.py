@@ -15,16 +15,21 @@ from pathlib import Path
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE, PRESETS, LingbotVAConfig
 
 
-def load_runtime(bundle, backend: str = "numba"):
-    """The world-action runtime of a lingbot_va bundle (read by `pipeline.stages.load_runtime`)."""
-    from embodied_ros.models.lingbot_va import transformer
+def _bundle_config(bundle) -> LingbotVAConfig:
     from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
-    from embodied_ros.models.lingbot_va.runtime import LingbotVARuntime
-    from embodied_ros.models.lingbot_va.text import Tokenizer
 
     if BLOCKS_ONLY in bundle.config:
         raise ValueError(f"{bundle.path}: holds bare Wan blocks (a parity record), not a world-action model")
-    cfg = LingbotVAConfig.from_dict(bundle.config)
+    return LingbotVAConfig.from_dict(bundle.config)
+
+
+def load_runtime(bundle, backend: str = "numba"):
+    """The world-action runtime of a lingbot_va bundle (read by `pipeline.stages.load_runtime`)."""
+    from embodied_ros.models.lingbot_va import transformer
+    from embodied_ros.models.lingbot_va.runtime import LingbotVARuntime
+    from embodied_ros.models.lingbot_va.text import Tokenizer
+
+    cfg = _bundle_config(bundle)
     if bundle.tokenizer_model is None:
         raise ValueError(f"{bundle.path}: the bundle has no tokenizer")
     weights = transformer.load_weights(bundle.weight, cfg)
@@ -34,12 +39,9 @@ def load_runtime(bundle, backend: str = "numba"):
 
 def spec_of(bundle):
     """The ModelSpec of a lingbot_va bundle from its metadata (no weights read)."""
-    from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
     from embodied_ros.models.lingbot_va.runtime import model_spec
 
-    if BLOCKS_ONLY in bundle.config:
-        raise ValueError(f"{bundle.path}: holds bare Wan blocks (a parity record), not a world-action model")
-    return model_spec(LingbotVAConfig.from_dict(bundle.config))
+    return model_spec(_bundle_config(bundle))
 
 
 def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
