@@ -1,6 +1,6 @@
 """Check the cuda kernels on a real GPU: every cuda op against its numpy reference at full pi0.5 and Wan
-sizes (and SmolVLA and GR00T N1.7 sizes for the ops only they call), with timings. Installs nothing; needs an NVIDIA GPU, pycuda, and a CUDA toolkit for numba to
-compile with (see docs/cuda.md).
+sizes (and SmolVLA and GR00T N1.7 sizes for the ops only they call), with timings. Installs nothing;
+needs an NVIDIA GPU, pycuda, and a CUDA toolkit for numba to compile with (see docs/cuda.md).
 
     python benchmarks/gpu_check.py [--repeats 20] [--only NAME] [--out results.json] [--tiny]
 

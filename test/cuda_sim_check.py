@@ -195,7 +195,8 @@ def other_thread_check():
     check("rms_norm", "called from another thread", run)
 
 
-DEVICE_CASES = {"2x7", "3-d, F=17", "3-d 2x3x41", "3-d, F=5", "3x50, wide range", "grid 1x2x2, 2 heads, d 16", "3x50", "additive mask", "masked cache rows",
+DEVICE_CASES = {"2x7", "3-d, F=17", "3-d 2x3x41", "3-d, F=5", "3x50, wide range", "grid 1x2x2, 2 heads, d 16",
+                "3x50", "additive mask", "masked cache rows",
                 "q4_k, one vector", "q8_0, 9 rows (two passes)", "leading dims, float16 weight", "q4_k 3-d",
                 "transposed input view, float16 weight"}
 
