@@ -1,6 +1,6 @@
 """Check the cuda kernels on a real GPU: every cuda op against its numpy reference at full pi0.5 and Wan
-sizes, with timings. Installs nothing; needs an NVIDIA GPU, pycuda, and a CUDA toolkit for numba to
-compile with (see docs/cuda.md).
+sizes (and SmolVLA and GR00T N1.7 sizes for the ops only they call), with timings. Installs nothing;
+needs an NVIDIA GPU, pycuda, and a CUDA toolkit for numba to compile with (see docs/cuda.md).
 
     python benchmarks/gpu_check.py [--repeats 20] [--only NAME] [--out results.json] [--tiny]
 
@@ -51,11 +51,16 @@ FULL = dict(prefix=968, gemma=2048, gemma_mlp=16384, expert=1024, expert_mlp=409
             actions=50, siglip=1152, patches=256, siglip_heads=16, siglip_mlp=4304,
             # Wan 14B-style block: width 3072, 24 heads of 128, MLP 14336, a 4x16x16 latent grid
             wan=3072, wan_heads=24, wan_mlp=14336, wan_grid=(4, 16, 16),
-            gemm_prefix=968, gemm_wan_tokens=960)
+            gemm_prefix=968, gemm_wan_tokens=960,
+            # SmolVLA: SmolLM2 layers 960 wide (MLP 2560) over 3 images x 64 + 48 text + 1 state tokens,
+            # an expert 720 wide; GR00T N1.7: Qwen3-VL's patch merger, 2x2 patches of 1024 (4096), over
+            # the 64 tokens of a 256 px image
+            smolvla_prefix=241, smolvla_mlp=2560, smolvla_expert=720, groot_merged=64, groot_merger=4096)
 TINY = dict(prefix=9, gemma=256, gemma_mlp=4, expert=256, expert_mlp=3, heads=2, head_dim=8,
             actions=2, siglip=24, patches=3, siglip_heads=2, siglip_mlp=16,
             wan=32, wan_heads=2, wan_mlp=24, wan_grid=(1, 2, 2),
-            gemm_prefix=129, gemm_wan_tokens=130)  # tensor-core cases: at least 128 rows
+            gemm_prefix=129, gemm_wan_tokens=130,  # tensor-core cases: at least 128 rows
+            smolvla_prefix=5, smolvla_mlp=7, smolvla_expert=6, groot_merged=3, groot_merger=10)
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,12 @@ def cases(d: dict) -> list[Case]:
              lambda r: (_normal(r, wan_tokens, d["wan"]), q8(r, (d["wan"], d["wan"])), None)),
         Case(f"wan gelu_tanh [{wan_tokens}, {d['wan_mlp']}]", "gelu_tanh",
              lambda r: (_normal(r, wan_tokens, d["wan_mlp"], scale=3),)),
+        Case(f"smolvla lm silu_glu [{d['smolvla_prefix']}, 2 x {d['smolvla_mlp']}]", "silu_glu",
+             lambda r: (_normal(r, d["smolvla_prefix"], 2 * d["smolvla_mlp"], scale=3),)),
+        Case(f"smolvla expert silu [{a}, {d['smolvla_expert']}]", "silu",
+             lambda r: (_normal(r, a, d["smolvla_expert"], scale=3),)),
+        Case(f"groot merger gelu_erf [{d['groot_merged']}, {d['groot_merger']}]", "gelu_erf",
+             lambda r: (_normal(r, d["groot_merged"], d["groot_merger"], scale=3),)),
     ]
 
 

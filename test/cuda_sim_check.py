@@ -56,6 +56,10 @@ def cases():
     yield "gelu_tanh", "3x50", (normal(3, 50, scale=4),)
     yield "gelu_tanh_mul", "2x33", (normal(2, 33, scale=4), normal(2, 33))
     yield "gelu_tanh_glu", "3-d, F=17", (normal(2, 1, 34, scale=4),)
+    yield "silu", "3-d 2x3x41", (normal(2, 3, 41, scale=4),)
+    yield "silu_glu", "2x(2 x 19)", (normal(2, 38, scale=4),)
+    yield "silu_glu", "3-d, F=5", (normal(3, 1, 10, scale=4),)
+    yield "gelu_erf", "3x50, wide range", (normal(3, 50, scale=4),)
     cos, sin = rope_tables(np.array([0, 5, 999]), 16, 10000.0)
     yield "rope", "3 tokens, 2 heads, d 16", (normal(3, 2, 16), cos, sin)
     cos, sin = rope3d_tables((1, 2, 2), 16, frame_start=3)
@@ -191,7 +195,8 @@ def other_thread_check():
     check("rms_norm", "called from another thread", run)
 
 
-DEVICE_CASES = {"2x7", "3-d, F=17", "grid 1x2x2, 2 heads, d 16", "3x50", "additive mask", "masked cache rows",
+DEVICE_CASES = {"2x7", "3-d, F=17", "3-d 2x3x41", "3-d, F=5", "3x50, wide range", "grid 1x2x2, 2 heads, d 16",
+                "3x50", "additive mask", "masked cache rows",
                 "q4_k, one vector", "q8_0, 9 rows (two passes)", "leading dims, float16 weight", "q4_k 3-d",
                 "transposed input view, float16 weight"}
 

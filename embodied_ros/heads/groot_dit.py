@@ -21,16 +21,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from embodied_ros.heads.flow import silu
 from embodied_ros.kernels import KernelSet
 
 Weights = Mapping[str, Any]
 LN_EPS = 1e-5
 OUTPUT_LN_EPS = 1e-6
 TIMESTEP_FEATURES = 256
-
-
-def silu(x: np.ndarray) -> np.ndarray:
-    return x / (np.float32(1.0) + np.exp(-x))
 
 
 def category_linear(w: Weights, prefix: str, x: np.ndarray, embodiment: int) -> np.ndarray:
