@@ -45,3 +45,24 @@ def episode(case: int, folder: Path = TINY, backend: str = "numpy") -> pl.Episod
         rows.append(z[f"case{case}_negative_prompt_embeds"])
     cfg, weights = transformer(folder)
     return pl.Episode(KernelSet(backend), cfg, chunk, weights, rows, z[f"case{case}_init_latent"].shape[2:])
+
+
+@lru_cache(maxsize=None)
+def frozen_modules(folder: Path = TINY):
+    """(tokenizer, UMT5 config and weights, VAE encoder) of the checkpoint's frozen sub-folders."""
+    from embodied_ros.backbone import umt5, wan_vae
+    from embodied_ros.models.lingbot_va.prompt import T5Tokenizer
+
+    checkpoint = folder / "checkpoint"
+    _, _, config = record(folder)
+    tokenizer = T5Tokenizer(checkpoint / "tokenizer" / "spiece.model", config["max_sequence_length"])
+    text_cfg = umt5.UMT5Config.from_transformers(json.loads((checkpoint / "text_encoder" / "config.json").read_text()))
+    text = umt5.load_weights(load_file(checkpoint / "text_encoder" / "model.safetensors").__getitem__, text_cfg)
+    vae_cfg = wan_vae.WanVAEConfig.from_diffusers(json.loads((checkpoint / "vae" / "config.json").read_text()))
+    vae = wan_vae.WanVAEEncoder(vae_cfg, load_file(checkpoint / "vae" / "diffusion_pytorch_model.safetensors"))
+    return tokenizer, text_cfg, text, vae
+
+
+def camera_images(case: int, step: int, folder: Path = TINY) -> dict:
+    _, z, config = record(folder)
+    return {name: z[f"case{case}_images_{name.rsplit('.', 1)[1]}"][step] for name in config["obs_cam_keys"]}
