@@ -15,6 +15,7 @@ from embodied_ros.models.lingbot_va import policy as pl
 
 TINY = Path(__file__).resolve().parent / "data" / "lingbot_va_tiny"
 CHECKPOINT = TINY / "checkpoint"
+EXTRA = sorted(p for p in (TINY.parent / "extra").glob("lingbot_va_*") if (p / "cases.npz").is_file())
 
 
 @lru_cache(maxsize=None)

@@ -8,7 +8,7 @@ from embodied_ros.bundle import open_bundle
 from embodied_ros.bundle.families import verify_reference
 from embodied_ros.models import lingbot_va
 from embodied_ros.models.lingbot_va import convert, lerobot_bundle
-from lingbot_fixtures import CHECKPOINT, TINY
+from lingbot_fixtures import CHECKPOINT, EXTRA, TINY
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +43,10 @@ def test_bundle_verify_reruns_the_reference_episode(bundle):
         lingbot_va.load_runtime(bundle)
 
 
-def test_parity_on_lerobots_record():
-    assert lingbot_va.recognizes_fixture(TINY)
-    results = lingbot_va.run_fixture_parity(TINY, "f32", backend="numpy")
-    assert [r.name for r in results] == ["case0", "case1", "case2"]
+@pytest.mark.parametrize("folder", [TINY, *EXTRA], ids=lambda p: p.name)
+def test_parity_on_lerobots_records(folder):
+    assert lingbot_va.recognizes_fixture(folder)
+    results = lingbot_va.run_fixture_parity(folder, "f32", backend="numpy")
+    assert [r.name for r in results] == [f"case{k}" for k in range(len(results))] and len(results) >= 2
     assert all(r.passed and r.tolerance == 1e-4 for r in results), results
     assert max(r.max_abs_error for r in results) < 1e-5

@@ -9,7 +9,7 @@ import pytest
 
 from embodied_ros.models.lingbot_va import dual_stream as ds
 from embodied_ros.models.lingbot_va import policy as pl
-from lingbot_fixtures import episode, record
+from lingbot_fixtures import EXTRA, TINY, episode, record
 
 TOLERANCE = 1e-4
 
@@ -26,10 +26,10 @@ def test_schedules_are_lerobots_float32_tables():
 
 
 @lru_cache(maxsize=None)
-def _run_case(case, taps_wanted=True):
-    meta, z, _ = record()
+def _run_case(case, taps_wanted=True, folder=TINY):
+    meta, z, _ = record(folder)
     spec = meta["cases"][case]
-    ep = episode(case)
+    ep = episode(case, folder)
     errors, taps, rows = {}, [], []
     for j in range(spec["n_chunks"]):
         prefix = f"case{case}_chunk{j}_"
@@ -49,10 +49,11 @@ def _run_case(case, taps_wanted=True):
     return ep, errors, taps, np.concatenate(rows)[:spec["n_steps"]]
 
 
-@pytest.mark.parametrize("case", [0, 1, 2])
-def test_chunks_match_lerobot(case):
-    meta, z, _ = record()
-    ep, errors, _, steps = _run_case(case)
+@pytest.mark.parametrize("folder, case", [(TINY, 0), (TINY, 1), (TINY, 2), *((p, 0) for p in EXTRA)],
+                         ids=lambda v: getattr(v, "name", v))
+def test_chunks_match_lerobot(folder, case):
+    meta, z, _ = record(folder)
+    ep, errors, _, steps = _run_case(case, True, folder)
     errors["step_actions_model"] = float(np.abs(steps - z[f"case{case}_step_actions_model"]).max())
     final = pl.unnormalize_quantiles(steps, meta["action_q01"], meta["action_q99"])
     errors["step_actions"] = float(np.abs(final - z[f"case{case}_step_actions"]).max())
@@ -63,7 +64,7 @@ def test_chunks_match_lerobot(case):
 
 def test_transformer_taps_match_lerobot():
     _, z, _ = record()
-    _, _, taps, _ = _run_case(0)
+    _, _, taps, _ = _run_case(0, True, TINY)
     np.testing.assert_array_equal(taps[1]["video"]["grid"], z["case0_tap_grid_video_c1"][:3].T)
     np.testing.assert_array_equal(taps[1]["action"]["grid"], z["case0_tap_grid_action_c1"][:3].T)
     checks = [(taps[0]["video"]["timestep_proj"], "case0_tap_video_timestep_proj_c0s0"),
