@@ -39,6 +39,9 @@ def test_bundle_verify_reruns_the_reference_episode(bundle):
     assert error == 0.0 and tolerance == lerobot_bundle.REFERENCE_TOLERANCE
     # three chunks: chunk 0's (F-1)*P steps, then two chunks of F*P
     assert bundle.reference.expected["actions"].shape == (4 + 8 + 8, 7)
+    # the text encoder (stored f16 here) ran, but no float32 copy of it stays with the bundle
+    assert not [name for name in bundle._upcast if name.startswith("text_encoder.")]
+    assert [name for name in bundle._upcast if name.startswith("vae.")]
     with pytest.raises(ValueError, match="step-loop policy"):
         lingbot_va.load_runtime(bundle)
 

@@ -11,6 +11,11 @@ Axes: L tokens, D = d_model, H heads of width K = d_kv, F = d_ff.
 
 rms(x) = x * rsqrt(mean(x^2) + eps) (T5's norm: no mean subtraction, no bias). Unlike T5, every
 UMT5 layer has its own relative-position bias table [buckets, H].
+
+The encoder runs once per instruction, so its weights are not kept resident: `UMT5Weights` may hold
+the bundle's stored arrays (memory-mapped F32/F16, or BF16 tensors), and `encode` makes each
+matrix's float32 form only while it multiplies with it; only the embedding rows of the prompt's
+tokens are read. Between instructions the mapped pages can be dropped by the OS.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
+
+from embodied_ros.kernels.quant import QuantTensor
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ class UMT5Config:
 @dataclass(frozen=True)
 class UMT5Layer:
     attn_norm: np.ndarray  # [D]
-    q: Any  # [H*K, D] (out, in)
+    q: Any  # [H*K, D] (out, in), float32/float16 array or a BF16 tensor
     k: Any
     v: Any
     o: Any  # [D, H*K]
@@ -92,14 +99,20 @@ def load_weights(get: Callable[[str], Any], cfg: UMT5Config) -> UMT5Weights:
             k=tensor(attn + "SelfAttention.k.weight", (inner, cfg.d_model)),
             v=tensor(attn + "SelfAttention.v.weight", (inner, cfg.d_model)),
             o=tensor(attn + "SelfAttention.o.weight", (cfg.d_model, inner)),
-            relative_bias=np.asarray(tensor(attn + "SelfAttention.relative_attention_bias.weight",
-                                            (cfg.num_buckets, cfg.num_heads)), np.float32),
+            relative_bias=tensor(attn + "SelfAttention.relative_attention_bias.weight", (cfg.num_buckets, cfg.num_heads)),
             ffn_norm=tensor(ffn + "layer_norm.weight", (cfg.d_model,)),
             wi_0=tensor(ffn + "DenseReluDense.wi_0.weight", (cfg.d_ff, cfg.d_model)),
             wi_1=tensor(ffn + "DenseReluDense.wi_1.weight", (cfg.d_ff, cfg.d_model)),
             wo=tensor(ffn + "DenseReluDense.wo.weight", (cfg.d_model, cfg.d_ff))))
-    return UMT5Weights(np.asarray(tensor("shared.weight", (cfg.vocab_size, cfg.d_model)), np.float32),
-                       tuple(layers), tensor("encoder.final_layer_norm.weight", (cfg.d_model,)))
+    return UMT5Weights(tensor("shared.weight", (cfg.vocab_size, cfg.d_model)), tuple(layers),
+                       tensor("encoder.final_layer_norm.weight", (cfg.d_model,)))
+
+
+def _dense(weight: Any) -> np.ndarray:
+    """A stored weight's float32 values, made for one use."""
+    if isinstance(weight, QuantTensor):
+        return weight.dequantize()
+    return np.asarray(weight, np.float32)
 
 
 def relative_buckets(length: int, num_buckets: int, max_distance: int) -> np.ndarray:
@@ -129,18 +142,21 @@ def encode(ks, cfg: UMT5Config, w: UMT5Weights, token_ids: np.ndarray, mask: np.
     length = len(token_ids)
     buckets = relative_buckets(length, cfg.num_buckets, cfg.max_distance)
     key_mask = np.where(valid, np.float32(0.0), np.finfo(np.float32).min).astype(np.float32)
-    h = w.embedding[token_ids]
+    rows = w.embedding[token_ids] if isinstance(w.embedding, np.ndarray) else _dense(w.embedding)[token_ids]
+    h = _dense(rows)
     for layer in w.layers:
-        n = _rms(h, layer.attn_norm, cfg.eps)
-        q, k, v = (ks.linear(n, m).reshape(length, cfg.num_heads, cfg.d_kv).transpose(1, 0, 2)
+        n = _rms(h, _dense(layer.attn_norm), cfg.eps)
+        q, k, v = (ks.linear(n, _dense(m)).reshape(length, cfg.num_heads, cfg.d_kv).transpose(1, 0, 2)
                    for m in (layer.q, layer.k, layer.v))
-        bias = layer.relative_bias[buckets].transpose(2, 0, 1)  # [H, L, L]
+        bias = _dense(layer.relative_bias)[buckets].transpose(2, 0, 1)  # [H, L, L]
         scores = (q @ k.transpose(0, 2, 1) + bias + key_mask).astype(np.float32)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         attended = (scores / scores.sum(axis=-1, keepdims=True)) @ v  # [H, L, K]
-        h = h + ks.linear(np.ascontiguousarray(attended.transpose(1, 0, 2).reshape(length, -1), np.float32), layer.o)
-        n = _rms(h, layer.ffn_norm, cfg.eps)
-        h = h + ks.linear(ks.gelu_tanh(ks.linear(n, layer.wi_0)) * ks.linear(n, layer.wi_1), layer.wo)
-    out = _rms(h, w.final_norm, cfg.eps)
+        h = h + ks.linear(np.ascontiguousarray(attended.transpose(1, 0, 2).reshape(length, -1), np.float32),
+                          _dense(layer.o))
+        n = _rms(h, _dense(layer.ffn_norm), cfg.eps)
+        h = h + ks.linear(ks.gelu_tanh(ks.linear(n, _dense(layer.wi_0))) * ks.linear(n, _dense(layer.wi_1)),
+                          _dense(layer.wo))
+    out = _rms(h, _dense(w.final_norm), cfg.eps)
     out[~valid] = 0.0
     return out

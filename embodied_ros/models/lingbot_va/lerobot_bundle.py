@@ -186,9 +186,10 @@ def is_bundle(bundle) -> bool:
     return SECTION in bundle.config
 
 
-def _prefixed(bundle, prefix: str):
+def _prefixed(bundle, prefix: str, stored: bool = False):
+    """Weights by name under `prefix`: ready for the kernels, or (`stored`) as stored in the file."""
     def get(name: str):
-        return bundle.weight(prefix + name)
+        return bundle.raw(prefix + name) if stored else bundle.weight(prefix + name)
     return get
 
 
@@ -201,7 +202,7 @@ def load_policy(bundle, backend: str = "numba", noise: NoiseSource | None = None
     ks = KernelSet(backend)
     weights = ds.load_weights(_prefixed(bundle, "transformer."), cfg)
     text_cfg = umt5.UMT5Config.from_transformers(bundle.config["text_encoder"])
-    text = umt5.load_weights(_prefixed(bundle, "text_encoder."), text_cfg)
+    text = umt5.load_weights(_prefixed(bundle, "text_encoder.", stored=True), text_cfg)  # not kept resident
     if bundle.tokenizer_model is None:
         raise ValueError(f"{bundle.path}: the bundle has no tokenizer")
     prompts = PromptEncoder(ks, T5Tokenizer(bundle.tokenizer_model, int(config["max_sequence_length"])), text_cfg, text)
