@@ -70,6 +70,40 @@ class WanVAEConfig:
                    in_channels=int(config.get("in_channels", 12)))
 
 
+def encoder_tensor_shapes(cfg: WanVAEConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the encoder reads (diffusers names) -> shape."""
+    dims, shapes = cfg.dims, {}
+
+    def conv(name: str, out: int, inp: int, kernel: tuple[int, ...]) -> None:
+        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (out, inp, *kernel), (out,)
+
+    def residual(name: str, inp: int, out: int) -> None:
+        shapes[f"{name}.norm1.gamma"], shapes[f"{name}.norm2.gamma"] = (inp, 1, 1, 1), (out, 1, 1, 1)
+        conv(f"{name}.conv1", out, inp, (3, 3, 3))
+        conv(f"{name}.conv2", out, out, (3, 3, 3))
+        if inp != out:
+            conv(f"{name}.conv_shortcut", out, inp, (1, 1, 1))
+
+    conv("encoder.conv_in", dims[0], cfg.in_channels, (3, 3, 3))
+    for i in range(len(cfg.dim_mult)):
+        for r in range(cfg.num_res_blocks):
+            residual(f"encoder.down_blocks.{i}.resnets.{r}", dims[i] if r == 0 else dims[i + 1], dims[i + 1])
+        if i < len(cfg.dim_mult) - 1:
+            conv(f"encoder.down_blocks.{i}.downsampler.resample.1", dims[i + 1], dims[i + 1], (3, 3))
+            if cfg.temporal_downsample[i]:
+                conv(f"encoder.down_blocks.{i}.downsampler.time_conv", dims[i + 1], dims[i + 1], (3, 1, 1))
+    top = dims[-1]
+    for r in range(2):
+        residual(f"encoder.mid_block.resnets.{r}", top, top)
+    shapes["encoder.mid_block.attentions.0.norm.gamma"] = (top, 1, 1)
+    conv("encoder.mid_block.attentions.0.to_qkv", 3 * top, top, (1, 1))
+    conv("encoder.mid_block.attentions.0.proj", top, top, (1, 1))
+    shapes["encoder.norm_out.gamma"] = (top, 1, 1, 1)
+    conv("encoder.conv_out", 2 * cfg.z_dim, top, (3, 3, 3))
+    conv("quant_conv", 2 * cfg.z_dim, 2 * cfg.z_dim, (1, 1, 1))
+    return shapes
+
+
 @dataclass
 class EncoderStream:
     """Per-layer history of one camera's stream (empty at the start of an episode)."""
@@ -105,20 +139,17 @@ def _conv(windows: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarr
 class WanVAEEncoder:
     def __init__(self, cfg: WanVAEConfig, weights: Mapping[str, np.ndarray]) -> None:
         self.cfg = cfg
-        self.w = {name: np.asarray(value, np.float32) for name, value in weights.items()
-                  if name.startswith(("encoder.", "quant_conv."))}
-        missing = sorted(name for name in self._expected() if name not in self.w)
+        shapes = encoder_tensor_shapes(cfg)
+        missing = sorted(name for name in shapes if name not in weights)
         if missing:
             raise ValueError(f"Wan VAE encoder: missing tensors {missing[:4]}{' ...' if len(missing) > 4 else ''}")
+        self.w = {name: np.asarray(weights[name], np.float32) for name in shapes}
+        wrong = {name: value.shape for name, value in self.w.items() if value.size != int(np.prod(shapes[name]))}
+        if wrong:
+            raise ValueError(f"Wan VAE encoder: tensors of other sizes than the config's: {wrong}")
+        self.w = {name: value.reshape(shapes[name]) for name, value in self.w.items()}
         self.mean = np.asarray(cfg.latents_mean, np.float32)
         self.inv_std = (np.float32(1.0) / np.asarray(cfg.latents_std, np.float32)).astype(np.float32)
-
-    def _expected(self) -> list[str]:
-        names = ["encoder.conv_in.weight", "encoder.conv_out.weight", "encoder.norm_out.gamma", "quant_conv.weight",
-                 "encoder.mid_block.attentions.0.to_qkv.weight"]
-        for i in range(len(self.cfg.dim_mult)):
-            names += [f"encoder.down_blocks.{i}.resnets.{r}.conv1.weight" for r in range(self.cfg.num_res_blocks)]
-        return names
 
     # -- layers (each takes and updates the stream's history) --
 

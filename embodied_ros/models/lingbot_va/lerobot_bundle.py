@@ -12,7 +12,8 @@ Checkpoint folder (what `LingBotVAPolicy.from_pretrained` reads):
 
 Bundle: the tensors keep their checkpoint names under `transformer.`, `vae.` and `text_encoder.`
 (the VAE decoder is stored too, for decoding predicted frames; 3D conv kernels (O, C, t, k, k) are
-stored as (O, C, t, k*k), the file format holding at most 4 axes); config sections `lerobot` (sizes
+stored as (O, C, t, k*k), the file format holding at most 4 axes, and take their shapes back from
+the VAE config when loaded); config sections `lerobot` (sizes
 and inference settings), `vae`, `text_encoder`; stats `action.q01/q99`; the tokenizer. Quantization
 groups: modulation (kept f32 unless named), self_attn, cross_attn, ffn, embed, head (transformer),
 vae, text. Plans may choose any type for the transformer groups; the VAE and the text encoder run
@@ -121,16 +122,6 @@ def _to_bundle(value: np.ndarray) -> np.ndarray:
     return value
 
 
-def _from_bundle(name: str, value: np.ndarray) -> np.ndarray:
-    """Undo `_to_bundle` for the VAE's 3D conv kernels (4 axes whose last is a square)."""
-    value = np.asarray(value, np.float32)
-    conv2d = ".resample.1." in name or name.endswith(("attentions.0.to_qkv.weight", "attentions.0.proj.weight"))
-    if value.ndim == 4 and name.endswith(".weight") and not conv2d:
-        side = int(round(value.shape[3] ** 0.5))
-        return value.reshape(*value.shape[:3], side, side)
-    return value
-
-
 def read_checkpoint(source: Path) -> tuple[dict, dict[str, np.ndarray], bytes, dict[str, np.ndarray]]:
     """(config sections, tensors by bundle name, tokenizer model, action quantiles) of a checkpoint."""
     source = Path(source)
@@ -208,7 +199,7 @@ def load_policy(bundle, backend: str = "numba", noise: NoiseSource | None = None
     prompts = PromptEncoder(ks, T5Tokenizer(bundle.tokenizer_model, int(config["max_sequence_length"])), text_cfg, text)
     vae_names = [name for name in bundle.weight_names if name.startswith("vae.encoder.") or name.startswith("vae.quant_conv.")]
     vae = wan_vae.WanVAEEncoder(wan_vae.WanVAEConfig.from_diffusers(bundle.config["vae"]),
-                                {name[len("vae."):]: _from_bundle(name, bundle.weight(name)) for name in vae_names})
+                                {name[len("vae."):]: bundle.weight(name) for name in vae_names})
     stats = bundle.stats["action"]
     return LingbotVAPolicy(ks, cfg, ChunkConfig.from_lerobot(config), weights, prompts, vae, config["obs_cam_keys"],
                            (int(config["height"]), int(config["width"])), stats["q01"], stats["q99"],
