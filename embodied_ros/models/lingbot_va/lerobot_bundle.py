@@ -45,6 +45,7 @@ SECTION = "lerobot"  # config section that marks a bundle in lerobot's layout
 POLICY_TYPE = "lingbot_va"
 QUANTILES_FILE = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
 FLOAT_GROUPS = ("vae", "text")  # groups stored as float types only
+BLOCK_TYPES = {qtype for qtype in QUANT_TYPES if qtype != "bf16"}
 # lerobot config keys the runtime reads (sizes, cameras, inference settings)
 CONFIG_KEYS = ("patch_size", "num_attention_heads", "attention_head_dim", "in_channels", "out_channels", "action_dim",
                "text_dim", "freq_dim", "ffn_dim", "num_layers", "eps", "obs_cam_keys", "height", "width",
@@ -99,9 +100,9 @@ def _plan(plan: QuantPlan | str | None) -> QuantPlan:
     plan = plan if isinstance(plan, QuantPlan) else QuantPlan.parse(plan)
     types = {"modulation": "f32", **plan.types}
     for group in FLOAT_GROUPS:
-        if group in plan.types and plan.types[group] in QUANT_TYPES:
+        if group in plan.types and plan.types[group] in BLOCK_TYPES:
             raise ValueError(f"quantization plan: the {group} group is stored f32, f16 or bf16, not {plan.types[group]}")
-        if plan.type_for(group) in QUANT_TYPES:
+        if plan.type_for(group) in BLOCK_TYPES:
             types[group] = "f16"
     return QuantPlan(types)
 
