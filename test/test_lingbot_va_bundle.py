@@ -4,6 +4,7 @@ episode `bundle verify` reruns, and `embodied-ros parity` on lerobot's record th
 import numpy as np
 import pytest
 
+from embodied_ros.backbone import wan_vae
 from embodied_ros.bundle import open_bundle
 from embodied_ros.bundle.families import verify_reference
 from embodied_ros.models import lingbot_va
@@ -53,3 +54,9 @@ def test_parity_on_lerobots_records(folder):
     assert [r.name for r in results] == [f"case{k}" for k in range(len(results))] and len(results) >= 2
     assert all(r.passed and r.tolerance == 1e-4 for r in results), results
     assert max(r.max_abs_error for r in results) < 1e-5
+
+
+def test_decoder_from_the_bundle(bundle):
+    with np.load(TINY.parent / "wan_vae_decode" / "cases.npz") as decoded:
+        frames = lerobot_bundle.load_decoder(bundle).frames(decoded["case2_latents"], wan_vae.Stream())
+        assert np.abs(frames - decoded["case2_frames"]).max() < 5e-2  # the VAE stored F16 here

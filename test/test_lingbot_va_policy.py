@@ -44,10 +44,10 @@ def test_vae_streams_match_lerobot():
 
     first = frames(0)
     assert np.abs(first - z["case0_init_frames"]).max() < 1e-6
-    streams = [wan_vae.EncoderStream() for _ in range(2)]
+    streams = [wan_vae.Stream() for _ in range(2)]
     moments = np.stack([vae.moments(first[i][:, None], streams[i])[:, 0] for i in range(2)])
     assert np.abs(moments - z["case0_init_vae_moments"]).max() < 1e-5
-    init = np.concatenate([vae.latents(first[i][:, None], wan_vae.EncoderStream()) for i in range(2)], axis=3)
+    init = np.concatenate([vae.latents(first[i][:, None], wan_vae.Stream()) for i in range(2)], axis=3)
     assert np.abs(init - z["case0_init_latent"]).max() < 1e-5
     for j, chunk in enumerate(meta["cases"][0]["chunks"][1:], start=1):
         clip = np.stack([frames(step) for step in chunk["fed_back_keyframe_steps"]], axis=2)  # cam, 3, T, H, W
@@ -100,3 +100,23 @@ def test_bad_observations_get_a_clear_error():
         runner.select_action(images, None)
     runner.reset()
     assert runner.select_action(images, "open the drawer").shape == (7,)
+
+
+def test_vae_decoder_matches_diffusers():
+    """test/data/wan_vae_decode: diffusers' AutoencoderKLWan.decode of latents from the tiny record."""
+    import json
+
+    from lingbot_fixtures import TINY
+
+    config = json.loads((CHECKPOINT / "vae" / "config.json").read_text())
+    decoder = wan_vae.WanVAEDecoder(wan_vae.WanVAEConfig.from_diffusers(config),
+                                    load_file(CHECKPOINT / "vae" / "diffusion_pytorch_model.safetensors"))
+    with np.load(TINY.parent / "wan_vae_decode" / "cases.npz") as decoded:
+        for k in range(3):
+            frames = decoder.frames(decoded[f"case{k}_latents"], wan_vae.Stream())
+            expected = decoded[f"case{k}_frames"]
+            assert frames.shape == expected.shape and np.abs(frames - expected).max() < 1e-4, k
+            assert 0.5 > np.mean(np.abs(expected) >= 1.0)  # not a saturated picture
+    _, z, _ = record()
+    views = decoder.camera_frames(z["case0_chunk1_pred_latents"], 2)
+    assert views.shape == (2, 3, 5, 64, 64) and np.isfinite(views).all()

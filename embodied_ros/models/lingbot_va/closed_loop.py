@@ -50,10 +50,11 @@ class LingbotVAPolicy:
 
     def reset(self) -> None:
         self.episode: Episode | None = None
-        self.streams = [wan_vae.EncoderStream() for _ in self.camera_names]
+        self.streams = [wan_vae.Stream() for _ in self.camera_names]
         self.queue: deque[tuple[np.ndarray, int]] = deque()  # (action row, sub-step n)
         self.keyframes: list[np.ndarray] = []
         self.init_latent: np.ndarray | None = None
+        self.predicted_latents: np.ndarray | None = None  # the last chunk's, normalized (48, F, R, n_cam*W')
         self.last_substep = -1
 
     def _frames(self, images: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -81,7 +82,7 @@ class LingbotVAPolicy:
     def _sample(self, init_latent: np.ndarray | None = None) -> None:
         index = self.episode.index
         noise_latents, noise_actions = self.noise(index, self.episode.video_shape, self.episode.action_shape)
-        _, actions = self.episode.sample(noise_latents, noise_actions, init_latent)
+        self.predicted_latents, actions = self.episode.sample(noise_latents, noise_actions, init_latent)
         self._queue(actions, index)
 
     def select_action(self, images: Mapping[str, np.ndarray], task: str) -> np.ndarray:

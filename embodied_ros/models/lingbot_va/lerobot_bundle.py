@@ -52,7 +52,7 @@ CONFIG_KEYS = ("patch_size", "num_attention_heads", "attention_head_dim", "in_ch
                "action_per_frame", "frame_chunk_size", "attn_window", "num_inference_steps",
                "action_num_inference_steps", "guidance_scale", "action_guidance_scale", "snr_shift",
                "action_snr_shift", "max_sequence_length", "used_action_channel_ids", "image_hflip", "camera_layout")
-VAE_KEYS = ("base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample", "patch_size", "latents_mean",
+VAE_KEYS = ("base_dim", "decoder_base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample", "patch_size", "latents_mean",
             "latents_std", "in_channels", "is_residual", "attn_scales")
 TEXT_KEYS = ("vocab_size", "d_model", "d_kv", "num_heads", "d_ff", "num_layers", "relative_attention_num_buckets",
              "relative_attention_max_distance", "layer_norm_epsilon", "feed_forward_proj")
@@ -205,6 +205,13 @@ def load_policy(bundle, backend: str = "numba", noise: NoiseSource | None = None
     return LingbotVAPolicy(ks, cfg, ChunkConfig.from_lerobot(config), weights, prompts, vae, config["obs_cam_keys"],
                            (int(config["height"]), int(config["width"])), stats["q01"], stats["q99"],
                            noise or seeded_noise(_REFERENCE_SEED))
+
+
+def load_decoder(bundle) -> wan_vae.WanVAEDecoder:
+    """The VAE decoder of a lerobot-layout bundle (predicted latents -> frames, for viewing)."""
+    names = [name for name in bundle.weight_names if name.startswith(("vae.decoder.", "vae.post_quant_conv."))]
+    return wan_vae.WanVAEDecoder(wan_vae.WanVAEConfig.from_diffusers(bundle.config["vae"]),
+                                 {name[len("vae."):]: bundle.weight(name) for name in names})
 
 
 def run_episode(runner: LingbotVAPolicy, frames: Mapping[str, np.ndarray], task: str) -> np.ndarray:
