@@ -25,6 +25,14 @@ def test_schedules_are_lerobots_float32_tables():
     assert abs(float(video.timesteps[1]) - 1000 * 5 * (2 / 3) / (1 + 4 * (2 / 3))) > 1e-5
 
 
+def test_linspace_is_torchs():
+    """torch.linspace(1, 0, n) in float32 from torch 2.13 (AVX-512 CPU), n = 2..60: the released
+    schedules have 21 (video) and 51 (action) points."""
+    with np.load(TINY.parent / "torch_linspace.npz") as torch_values:
+        for n in range(2, 61):
+            np.testing.assert_array_equal(ds.linspace_float32(1.0, 0.0, n), torch_values[f"points{n}"], err_msg=str(n))
+
+
 @lru_cache(maxsize=None)
 def _run_case(case, taps_wanted=True, folder=TINY):
     meta, z, _ = record(folder)
