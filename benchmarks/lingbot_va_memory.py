@@ -50,12 +50,11 @@ def umt5_shapes(cfg: umt5.UMT5Config) -> dict[str, tuple[int, ...]]:
                                                "encoder.final_layer_norm.weight": (cfg.d_model,)}
     for i in range(cfg.num_layers):
         attn, ffn = f"encoder.block.{i}.layer.0.", f"encoder.block.{i}.layer.1."
-        shapes.update({attn + "layer_norm.weight": (cfg.d_model,), attn + "SelfAttention.q.weight": (inner, cfg.d_model),
-                       attn + "SelfAttention.k.weight": (inner, cfg.d_model),
-                       attn + "SelfAttention.v.weight": (inner, cfg.d_model),
+        shapes.update({attn + "layer_norm.weight": (cfg.d_model,), ffn + "layer_norm.weight": (cfg.d_model,),
+                       **{f"{attn}SelfAttention.{m}.weight": (inner, cfg.d_model) for m in "qkv"},
                        attn + "SelfAttention.o.weight": (cfg.d_model, inner),
                        attn + "SelfAttention.relative_attention_bias.weight": (cfg.num_buckets, cfg.num_heads),
-                       ffn + "layer_norm.weight": (cfg.d_model,), ffn + "DenseReluDense.wi_0.weight": (cfg.d_ff, cfg.d_model),
+                       ffn + "DenseReluDense.wi_0.weight": (cfg.d_ff, cfg.d_model),
                        ffn + "DenseReluDense.wi_1.weight": (cfg.d_ff, cfg.d_model),
                        ffn + "DenseReluDense.wo.weight": (cfg.d_model, cfg.d_ff)})
     return shapes
@@ -69,7 +68,8 @@ def stored_bytes(qtype: str, shape: tuple[int, ...]) -> int:
     return count * {"f32": 4, "f16": 2, "bf16": 2}[qtype]
 
 
-def part_bytes(shapes: dict[str, tuple[int, ...]], prefix: str, plan: QuantPlan, upcast: bool) -> tuple[int, int, int, str]:
+def part_bytes(shapes: dict[str, tuple[int, ...]], prefix: str, plan: QuantPlan,
+               upcast: bool) -> tuple[int, int, int, str]:
     """(parameters, file bytes, resident bytes, stored types) of one part under `plan`."""
     params = file_bytes = resident = 0
     types = set()
@@ -108,7 +108,8 @@ def main() -> None:
         resident = sum(p[2] for p in parts.values()) + largest
         file_total = sum(p[1] for p in parts.values()) + text_file
         rows.append({"plan (default)": label.upper(),
-                     **{f"{k} file / resident MiB": f"{v[1] / MIB:.1f} / {v[2] / MIB:.1f} ({v[3]})" for k, v in parts.items()},
+                     **{f"{k} file / resident MiB": f"{v[1] / MIB:.1f} / {v[2] / MIB:.1f} ({v[3]})"
+                        for k, v in parts.items()},
                      "UMT5-XXL file GiB (types)": f"{text_file / GIB:.2f} ({text_types})",
                      "bundle file GiB": f"{file_total / GIB:.2f}", "resident GiB (weights)": f"{resident / GIB:.2f}"})
     video_tokens = FRAMES * (IMAGE_HW[0] // 32) * (CAMERAS * IMAGE_HW[1] // 32)

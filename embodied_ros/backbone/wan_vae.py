@@ -159,7 +159,8 @@ def _rms(x: np.ndarray, gamma: np.ndarray) -> np.ndarray:
     """Over channels (axis 0): x / max(|x|, 1e-12) * sqrt(C) * gamma."""
     norm = np.sqrt(np.sum(x * x, axis=0, keepdims=True))
     scale = np.float32(np.sqrt(x.shape[0]))
-    return (x / np.maximum(norm, np.float32(1e-12)) * scale * gamma.reshape(-1, *([1] * (x.ndim - 1)))).astype(np.float32)
+    gamma = gamma.reshape(-1, *([1] * (x.ndim - 1)))
+    return (x / np.maximum(norm, np.float32(1e-12)) * scale * gamma).astype(np.float32)
 
 
 def _conv(windows: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -387,7 +388,8 @@ class WanVAEDecoder(_CausalStack):
         out = np.concatenate([self._frame(z[:, i:i + 1], stream) for i in range(z.shape[1])], axis=1)
         c, t, h, w = out.shape
         p = self.cfg.patch_size
-        video = out.reshape(c // (p * p), p, p, t, h, w).transpose(0, 3, 4, 2, 5, 1).reshape(c // (p * p), t, h * p, w * p)
+        rgb = c // (p * p)  # channel c*p*p + p*pw + ph (column offset major), as the encoder's patchify
+        video = out.reshape(rgb, p, p, t, h, w).transpose(0, 3, 4, 2, 5, 1).reshape(rgb, t, h * p, w * p)
         return np.clip(video, -1.0, 1.0).astype(np.float32)
 
     def denormalize(self, latents: np.ndarray) -> np.ndarray:

@@ -58,8 +58,10 @@ def convert(source: Path, output: Path, quant_plan: QuantPlan, reference: Path |
     elif is_block_record(source):
         convert_block_record(source, output, quant_plan, reference or source, progress)
     else:
-        raise ValueError(f"{source}: neither a lingbot_va checkpoint folder ({checkpoint.CONFIG_FILE} with "
-                         f"_class_name {checkpoint.CLASS_NAME!r}) nor a Wan block record ({BLOCK_FILE} + {BLOCK_CONFIG})")
+        raise ValueError(f"{source}: neither lerobot's lingbot_va checkpoint (config.json of type "
+                         f"{lerobot_bundle.POLICY_TYPE!r} + model.safetensors), a lingbot_va checkpoint folder "
+                         f"({checkpoint.CONFIG_FILE} with _class_name {checkpoint.CLASS_NAME!r}) nor a Wan block "
+                         f"record ({BLOCK_FILE} + {BLOCK_CONFIG})")
 
 
 def family_plan(plan: QuantPlan | str | None) -> QuantPlan:

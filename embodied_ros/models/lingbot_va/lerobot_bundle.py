@@ -52,8 +52,8 @@ CONFIG_KEYS = ("patch_size", "num_attention_heads", "attention_head_dim", "in_ch
                "action_per_frame", "frame_chunk_size", "attn_window", "num_inference_steps",
                "action_num_inference_steps", "guidance_scale", "action_guidance_scale", "snr_shift",
                "action_snr_shift", "max_sequence_length", "used_action_channel_ids", "image_hflip", "camera_layout")
-VAE_KEYS = ("base_dim", "decoder_base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample", "patch_size", "latents_mean",
-            "latents_std", "in_channels", "is_residual", "attn_scales")
+VAE_KEYS = ("base_dim", "decoder_base_dim", "z_dim", "dim_mult", "num_res_blocks", "temperal_downsample", "patch_size",
+            "latents_mean", "latents_std", "in_channels", "is_residual", "attn_scales")
 TEXT_KEYS = ("vocab_size", "d_model", "d_kv", "num_heads", "d_ff", "num_layers", "relative_attention_num_buckets",
              "relative_attention_max_distance", "layer_norm_epsilon", "feed_forward_proj")
 
@@ -101,7 +101,8 @@ def _plan(plan: QuantPlan | str | None) -> QuantPlan:
     types = {"modulation": "f32", **plan.types}
     for group in FLOAT_GROUPS:
         if group in plan.types and plan.types[group] in BLOCK_TYPES:
-            raise ValueError(f"quantization plan: the {group} group is stored f32, f16 or bf16, not {plan.types[group]}")
+            raise ValueError(f"quantization plan: the {group} group is stored f32, f16 or bf16, "
+                             f"not {plan.types[group]}")
         if plan.type_for(group) in BLOCK_TYPES:
             types[group] = "f16"
     return QuantPlan(types)
@@ -155,10 +156,12 @@ def convert_checkpoint(source: Path, output: Path, quant_plan: QuantPlan | str |
     sections, tensors, tokenizer, quantiles = read_checkpoint(source)
     cfg = ds.DualStreamConfig.from_lerobot(sections[SECTION])
     shapes = ds.tensor_shapes(cfg)
-    transformer = {name[len("transformer."):]: value for name, value in tensors.items() if name.startswith("transformer.")}
+    transformer = {name[len("transformer."):]: value for name, value in tensors.items()
+                   if name.startswith("transformer.")}
     if set(transformer) != set(shapes):
-        raise ValueError(f"{source}: transformer tensors differ from the config's: missing "
-                         f"{sorted(set(shapes) - set(transformer))[:4]}, extra {sorted(set(transformer) - set(shapes))[:4]}")
+        missing, extra = sorted(set(shapes) - set(transformer)), sorted(set(transformer) - set(shapes))
+        raise ValueError(f"{source}: transformer tensors differ from the config's: missing {missing[:4]}, "
+                         f"extra {extra[:4]}")
     writer = BundleWriter(ARCHITECTURE, _plan(quant_plan), group_of=weight_group)
     writer.set_config(sections)
     writer.add_weights({name: _to_bundle(value) for name, value in tensors.items()})
@@ -198,7 +201,7 @@ def load_policy(bundle, backend: str = "numba", noise: NoiseSource | None = None
     if bundle.tokenizer_model is None:
         raise ValueError(f"{bundle.path}: the bundle has no tokenizer")
     prompts = PromptEncoder(ks, T5Tokenizer(bundle.tokenizer_model, int(config["max_sequence_length"])), text_cfg, text)
-    vae_names = [name for name in bundle.weight_names if name.startswith("vae.encoder.") or name.startswith("vae.quant_conv.")]
+    vae_names = [name for name in bundle.weight_names if name.startswith(("vae.encoder.", "vae.quant_conv."))]
     vae = wan_vae.WanVAEEncoder(wan_vae.WanVAEConfig.from_diffusers(bundle.config["vae"]),
                                 {name[len("vae."):]: bundle.weight(name) for name in vae_names})
     stats = bundle.stats["action"]
