@@ -94,8 +94,10 @@ def test_select_action_matches_lerobot_every_step(case):
 def test_bad_observations_get_a_clear_error():
     runner = _policy(2)
     images = camera_images(2, 0)
-    with pytest.raises(ValueError, match="needs an \\(h, w, 3\\) image"):
+    with pytest.raises(ValueError, match="needs an \\(h, w, 3\\) uint8 image"):
         runner.select_action({"observation.images.image": images["observation.images.image"]}, "open the drawer")
+    with pytest.raises(ValueError, match="uint8 image"):
+        runner.select_action({**images, "observation.images.image": images["observation.images.image"] / 255.0}, "x")
     with pytest.raises(ValueError, match="must be a string"):
         runner.select_action(images, None)
     runner.reset()

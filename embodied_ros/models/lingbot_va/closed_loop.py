@@ -62,9 +62,9 @@ class LingbotVAPolicy:
         frames = []
         for name in self.camera_names:
             image = images.get(name)
-            if image is None or np.ndim(image) != 3 or np.shape(image)[2] != 3:
-                raise ValueError(f"lingbot_va: camera {name!r} needs an (h, w, 3) image, got "
-                                 f"{None if image is None else np.shape(image)}")
+            if image is None or np.ndim(image) != 3 or np.shape(image)[2] != 3 or np.asarray(image).dtype != np.uint8:
+                raise ValueError(f"lingbot_va: camera {name!r} needs an (h, w, 3) uint8 image, got "
+                                 f"{None if image is None else (np.shape(image), np.asarray(image).dtype)}")
             rgb = np.asarray(image, np.float32).transpose(2, 0, 1) / np.float32(255.0)
             frames.append(wan_vae.resize_bilinear(rgb, *self.image_hw) * np.float32(2.0) - np.float32(1.0))
         return np.stack(frames).astype(np.float32)
