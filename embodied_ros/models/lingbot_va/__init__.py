@@ -16,10 +16,14 @@ from embodied_ros.models.lingbot_va.config import ARCHITECTURE, PRESETS, Lingbot
 
 
 def _bundle_config(bundle) -> LingbotVAConfig:
+    from embodied_ros.models.lingbot_va import lerobot_bundle
     from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
 
     if BLOCKS_ONLY in bundle.config:
         raise ValueError(f"{bundle.path}: holds bare Wan blocks (a parity record), not a world-action model")
+    if lerobot_bundle.is_bundle(bundle):
+        raise ValueError(f"{bundle.path}: a lerobot-layout LingBot-VA bundle runs as a step-loop policy "
+                         "(models/lingbot_va/lerobot_bundle.load_policy), not through the graph stages yet")
     return LingbotVAConfig.from_dict(bundle.config)
 
 
@@ -47,10 +51,13 @@ def spec_of(bundle):
 def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     """Run the bundle's reference record: (largest max-abs error over its cases, tolerance). A
     blocks-only bundle reruns its recorded Wan block cases; a whole model its world-action case."""
+    from embodied_ros.models.lingbot_va import lerobot_bundle
     from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
     from embodied_ros.models.lingbot_va.parity import run_block_reference
     from embodied_ros.models.lingbot_va.reference import verify
 
+    if lerobot_bundle.is_bundle(bundle):
+        return lerobot_bundle.verify_reference(bundle, backend)
     if BLOCKS_ONLY not in bundle.config:
         return verify(bundle, backend)
     results = run_block_reference(bundle, backend)
@@ -58,16 +65,21 @@ def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
 
 
 def recognizes_fixture(path: str | Path) -> bool:
-    """`embodied-ros parity`: True for a Wan block record folder (block.safetensors + cases)."""
+    """`embodied-ros parity`: True for a Wan block record folder (block.safetensors + cases) or a
+    lerobot LingBot-VA record (cases.json, cases.npz, checkpoint/)."""
+    from embodied_ros.models.lingbot_va.lerobot_bundle import recognizes_record
     from embodied_ros.models.lingbot_va.parity import recognizes_fixture as recognizes
 
-    return recognizes(Path(path))
+    return recognizes(Path(path)) or recognizes_record(Path(path))
 
 
 def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "numba") -> list:
-    """`embodied-ros parity`: the record's block stored as `quant`, every case run; CaseResults."""
+    """`embodied-ros parity`: the record's weights stored as `quant`, every case run; CaseResults."""
+    from embodied_ros.models.lingbot_va.lerobot_bundle import recognizes_record, run_record_parity
     from embodied_ros.models.lingbot_va.parity import run_fixture_parity as run
 
+    if recognizes_record(Path(path)):
+        return run_record_parity(Path(path), quant, backend)
     return run(Path(path), quant, backend)
 
 

@@ -1,6 +1,7 @@
 """Checkpoints -> lingbot_va bundles (the family's side of `embodied-ros bundle convert`).
 
-Two sources are accepted:
+Three sources are accepted:
+- lerobot's LingBot-VA checkpoint with its frozen modules (lerobot_bundle.py): the real model;
 - a LingBot-VA checkpoint folder (checkpoint.py): the whole world-action model;
 - a Wan block record folder (`block.safetensors` = one `WanTransformerBlock.state_dict()` with
   diffusers names, plus `config.json`, optionally `cases.npz`), e.g. the reference records: a
@@ -22,7 +23,7 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from embodied_ros.bundle import BundleWriter, QuantPlan, ReferenceRecord, RobotMetadata, open_bundle
-from embodied_ros.models.lingbot_va import checkpoint, naming
+from embodied_ros.models.lingbot_va import checkpoint, lerobot_bundle, naming
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE
 from embodied_ros.models.lingbot_va.reference import make_reference
 from embodied_ros.models.lingbot_va.transformer import tensor_shapes
@@ -40,21 +41,27 @@ def is_block_record(source: Path) -> bool:
 
 def detect(source: Path) -> bool:
     source = Path(source)
-    return checkpoint.is_checkpoint(source) or is_block_record(source)
+    return checkpoint.is_checkpoint(source) or is_block_record(source) or lerobot_bundle.is_checkpoint(source)
 
 
 def convert(source: Path, output: Path, quant_plan: QuantPlan, reference: Path | None = None,
             progress: bool = False) -> None:
     source = Path(source)
-    if checkpoint.is_checkpoint(source):
+    if lerobot_bundle.is_checkpoint(source):
+        if reference is not None:
+            raise ValueError("a lerobot lingbot_va checkpoint's bundle records its own reference; omit --reference")
+        lerobot_bundle.convert_checkpoint(source, output, quant_plan, progress)
+    elif checkpoint.is_checkpoint(source):
         if reference is not None:
             raise ValueError("lingbot_va model checkpoints have no PyTorch reference records; omit --reference")
         convert_checkpoint(source, output, quant_plan, progress)
     elif is_block_record(source):
         convert_block_record(source, output, quant_plan, reference or source, progress)
     else:
-        raise ValueError(f"{source}: neither a lingbot_va checkpoint folder ({checkpoint.CONFIG_FILE} with "
-                         f"_class_name {checkpoint.CLASS_NAME!r}) nor a Wan block record ({BLOCK_FILE} + {BLOCK_CONFIG})")
+        raise ValueError(f"{source}: neither lerobot's lingbot_va checkpoint (config.json of type "
+                         f"{lerobot_bundle.POLICY_TYPE!r} + model.safetensors), a lingbot_va checkpoint folder "
+                         f"({checkpoint.CONFIG_FILE} with _class_name {checkpoint.CLASS_NAME!r}) nor a Wan block "
+                         f"record ({BLOCK_FILE} + {BLOCK_CONFIG})")
 
 
 def family_plan(plan: QuantPlan | str | None) -> QuantPlan:
