@@ -53,7 +53,7 @@ def test_bundle_reference_record_verifies(bundle):
 
 def test_no_camera_at_all_is_refused(runtime):
     cases = np.load(RECORD / "cases.npz")
-    observation = pipeline_observation(cases, "open the drawer", 0, ())
+    observation = pipeline_observation(cases, "open the drawer", "case0", ())
     with pytest.raises(ValueError, match="no camera image"):
         infer(runtime, observation, cases["case0_noise"])
 

@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file
 
+from embodied_ros.models import family_kit
 from embodied_ros.models.groot.config import GrootConfig, n1_7_config
 from embodied_ros.models.groot.weights import check_weights, from_lerobot
 
 ARCHITECTURE = "groot"
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
+WEIGHTS_FILE, CONFIG_FILE = family_kit.WEIGHTS_FILE, family_kit.CONFIG_FILE
 DEFAULT_ACTION_PERIOD_S = 1.0 / 30  # LeRobot's GR00T datasets run at 30 Hz; checkpoints do not record it
 
 
@@ -116,20 +116,4 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
                                    tuple(f"action_{i}" for i in range(cfg.action_dim)), DEFAULT_ACTION_PERIOD_S))
     writer.set_source(checkpoint.source)
     writer.add_weights(checkpoint.weights)
-    if reference is not None:
-        stored_types = {qtype for _, _, qtype, _ in writer.plan_report()}
-        writer.set_reference(parity.reference_record(Path(reference), parity.tolerance_for(stored_types)))
-    writer.write(output, progress=progress)
-    if reference is not None:
-        _check_reference(Path(output))
-
-
-def _check_reference(output: Path) -> None:
-    from embodied_ros.bundle import open_bundle
-    from embodied_ros.models.groot import parity
-
-    error, tolerance = parity.verify_reference(open_bundle(output, architecture=ARCHITECTURE))
-    if not error <= tolerance:
-        output.unlink(missing_ok=True)
-        raise ValueError(f"converted bundle misses its reference record: max abs action error {error:.3g} > "
-                         f"tolerance {tolerance:.3g}; bundle not written")
+    family_kit.write_checked(writer, Path(output), reference, progress, parity)

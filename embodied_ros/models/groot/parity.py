@@ -13,34 +13,20 @@ tiny widths are not multiples of 256, so most "q4_k" tensors fall back to q8_0 o
 
 from __future__ import annotations
 
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
+from embodied_ros.models import family_kit
+from embodied_ros.models.family_kit import CASES_FILE, CaseResult
+
 TOLERANCES = {"f32": 1e-4, "f16": 1e-2, "bf16": 5e-2, "q8_0": 1.5e-1, "q4_k": 4e-1}
-_STRENGTH = ("f32", "f16", "bf16", "q8_0", "q4_k")  # weakest last
-CASES_FILE = "cases.npz"
 CASE_INPUTS = ("pixel_values", "image_grid_thw", "input_ids", "state", "embodiment_id")
 
 
-@dataclass(frozen=True)
-class CaseResult:
-    name: str
-    max_abs_error: float
-    tolerance: float
-    detail: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.max_abs_error <= self.tolerance
-
-
 def tolerance_for(stored_types) -> float:
-    weakest = max((t for t in stored_types if t in TOLERANCES), key=_STRENGTH.index, default="f32")
-    return TOLERANCES[weakest]
+    return family_kit.tolerance_for(stored_types, TOLERANCES)
 
 
 def recognizes_fixture(path: str | Path) -> bool:
@@ -73,18 +59,12 @@ def run_cases(model, folder: Path, tolerance: float) -> Iterator[CaseResult]:
 
 def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "numba") -> list[CaseResult]:
     """Convert the record's checkpoint to a temporary bundle stored as `quant` and run every case."""
-    from embodied_ros.bundle import QuantPlan, open_bundle
     from embodied_ros.models.groot.convert import ARCHITECTURE, convert
     from embodied_ros.models.groot.runtime import load_model
 
     folder = Path(path)
-    if not recognizes_fixture(folder):
-        raise ValueError(f"{folder}: not a GR00T record (needs {CASES_FILE} beside a checkpoint)")
-    with tempfile.TemporaryDirectory(prefix="groot_parity_") as scratch:
-        bundle_path = Path(scratch) / "policy.gguf"
-        convert(folder, bundle_path, QuantPlan.parse(quant))
-        bundle = open_bundle(bundle_path, architecture=ARCHITECTURE)
-        tolerance = tolerance_for({bundle.tensor_info(name).qtype.lower() for name in bundle.weight_names})
+    family_kit.require_kind(folder, "model" if recognizes_fixture(folder) else None, "GR00T")
+    with family_kit.converted_bundle(folder, quant, ARCHITECTURE, convert, TOLERANCES) as (bundle, tolerance):
         return list(run_cases(load_model(bundle, backend), folder, tolerance))
 
 
@@ -113,12 +93,5 @@ def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     """Re-run a bundle's reference record: (max abs action error, recorded tolerance)."""
     from embodied_ros.models.groot.runtime import load_model
 
-    record = bundle.reference
-    if record is None:
-        raise ValueError(f"{bundle.path}: bundle has no reference record")
-    model = load_model(bundle, backend)
-    worst = 0.0
-    for key, expected in record.expected.items():
-        actions = run_case(model, record.inputs, record.noise[key], key)
-        worst = max(worst, float(np.abs(actions - expected).max()))
-    return worst, float(record.tolerance)
+    return family_kit.verify_reference(bundle, lambda b: load_model(b, backend),
+                                       lambda model, record, key: run_case(model, record.inputs, record.noise[key], key))

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from safetensors.numpy import load_file
 
+from embodied_ros.models import family_kit
 from embodied_ros.models.pi0.config import ARCHITECTURE, Pi0Config
 from embodied_ros.models.pi0.weights import check_weights, rename_lerobot, tensor_group
 from embodied_ros.models.pi05 import convert as paligemma
@@ -32,12 +33,8 @@ OVERRIDE_KEYS = paligemma.OVERRIDE_KEYS
 
 def detect(source: Path) -> bool:
     """True for a folder holding a pi0 checkpoint in either layout (file names and config only)."""
-    source = Path(source)
-    if not (source / CONFIG_FILE).is_file() or not (source / WEIGHTS_FILE).is_file():
-        return False
-    try:
-        config = json.loads((source / CONFIG_FILE).read_text())
-    except (OSError, ValueError):
+    config = family_kit.saved_config(source)
+    if config is None:
         return False
     return config.get("type") == "pi0" or ({"vision", "language_model", "expert", "suffix"} <= set(config))
 
@@ -57,7 +54,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         hints = paligemma.recorded_hints(source, reference)
         hints.update(overrides or {})
         config = Pi0Config.from_dict(paligemma.config_from_lerobot(raw_config, weights, hints).to_dict())
-        stats = paligemma.lerobot_stats(source, raw_config, default_mode="MEAN_STD")
+        stats = family_kit.lerobot_stats(source, raw_config, default_mode="MEAN_STD")
     else:
         config = Pi0Config.from_fixture_json(raw_config)
         stats = {}
@@ -75,29 +72,17 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
     """Write the bundle of the checkpoint in `source` to `output` (arguments as pi0.5's convert);
     a `reference` folder of recorded cases becomes the bundle's reference record, which the written
     bundle must reproduce."""
-    from embodied_ros.bundle import BundleWriter, QuantPlan, RobotMetadata, open_bundle
+    from embodied_ros.bundle import BundleWriter, QuantPlan
     from embodied_ros.models.pi0 import parity
 
     checkpoint = read_checkpoint(source, overrides, reference)
     plan = quant_plan if isinstance(quant_plan, QuantPlan) else QuantPlan.parse(quant_plan)
-    model, solver, robot = checkpoint.config.bundle_sections()
     writer = BundleWriter(ARCHITECTURE, plan, group_of=tensor_group)
-    writer.set_config(model)
-    writer.set_solver(solver)
-    writer.set_robot(RobotMetadata(**robot))
+    family_kit.set_policy_sections(writer, checkpoint.config)
     writer.set_source(checkpoint.source)
     writer.add_weights(checkpoint.weights)
     if checkpoint.stats:
         writer.set_stats(checkpoint.stats)
     if checkpoint.tokenizer is not None:
         writer.set_tokenizer(checkpoint.tokenizer)
-    if reference is not None:
-        stored_types = {qtype for _, _, qtype, _ in writer.plan_report()}
-        writer.set_reference(parity.reference_record(Path(reference), parity.tolerance_for(stored_types)))
-    writer.write(output, progress=progress)
-    if reference is not None:
-        error, tolerance = parity.verify_reference(open_bundle(output, architecture=ARCHITECTURE))
-        if not error <= tolerance:
-            Path(output).unlink(missing_ok=True)
-            raise ValueError(f"converted bundle misses its reference record: max abs action error {error:.3g} > "
-                             f"tolerance {tolerance:.3g}; bundle not written")
+    family_kit.write_checked(writer, Path(output), reference, progress, parity)

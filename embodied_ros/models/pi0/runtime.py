@@ -17,9 +17,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.backbone.prefix_cache import PrefixCache
+from embodied_ros.models import family_kit
 from embodied_ros.models.pi0.config import ARCHITECTURE, Pi0Config
 from embodied_ros.models.pi0.model import Pi0Model
-from embodied_ros.models.pi05.runtime import config_of, model_spec
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import ModelSpec
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
@@ -37,15 +37,13 @@ class Pi0Runtime:
     def __init__(self, model: Pi0Model, tokenizer: PromptTokenizer | None = None,
                  state_stats: Normalizer | None = None, action_stats: Normalizer | None = None) -> None:
         config = model.config
-        for stats, dim, what in ((state_stats, config.state_dim, "state"), (action_stats, config.action_dim, "action")):
-            if stats is not None and stats.dim != dim:
-                raise ValueError(f"{what} normalization stats have {stats.dim} values, the model has {dim} {what}s")
+        family_kit.check_stats(config, state_stats, action_stats)
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
         self.state_stats = state_stats
         self.action_stats = action_stats
-        self.spec = model_spec(config, ARCHITECTURE)
+        self.spec = family_kit.action_model_spec(config, ARCHITECTURE)
 
     @classmethod
     def from_parts(cls, config: Pi0Config, weights: Mapping[str, Any], tokenizer_model: bytes | None = None,
@@ -77,12 +75,7 @@ class Pi0Runtime:
     # ---- prefix ----------------------------------------------------------------------------
 
     def normalized_state(self, observation: Observation) -> np.ndarray:
-        if observation.state is None:
-            raise ValueError("pi0 reads the robot state as a token; the observation has no state")
-        state = np.asarray(observation.state, dtype=np.float32).reshape(-1)
-        if state.size != self.config.state_dim:
-            raise ValueError(f"state has {state.size} values, the model expects {self.config.state_dim} "
-                             f"({', '.join(self.config.state_names)})")
+        state = family_kit.raw_state(observation, self.config, "pi0 reads the robot state as a token")
         return state if self.state_stats is None else self.state_stats.normalize(state)
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult:
@@ -130,11 +123,11 @@ class Pi0Runtime:
 
 
 def spec_of(bundle) -> ModelSpec:
-    return model_spec(config_of(bundle, Pi0Config), ARCHITECTURE)
+    return family_kit.action_model_spec(family_kit.config_of(bundle, Pi0Config), ARCHITECTURE)
 
 
 def load_runtime(bundle, backend: str = "numba") -> Pi0Runtime:
     """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped.
     Kernels compile at `warm_up()` or else at first use."""
-    return Pi0Runtime.from_parts(config_of(bundle, Pi0Config), bundle.weights(), bundle.tokenizer_model,
+    return Pi0Runtime.from_parts(family_kit.config_of(bundle, Pi0Config), bundle.weights(), bundle.tokenizer_model,
                                  bundle.stats, backend)

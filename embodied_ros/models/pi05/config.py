@@ -9,13 +9,14 @@ action expert (1024 x 18, mlp 4096); both Gemmas use 8 query heads, 1 kv head, h
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from embodied_ros.backbone.checks import positive as _positive
 from embodied_ros.backbone.checks import require as _require
 from embodied_ros.backbone.gemma import GemmaConfig
 from embodied_ros.backbone.siglip import VisionConfig
+from embodied_ros.models import family_kit
 
 DEFAULT_ACTION_PERIOD_S = 0.02  # 50 Hz; LeRobot checkpoints do not record the control rate
 DEFAULT_NOISE_SEED = 0
@@ -97,42 +98,20 @@ class Pi05Config:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested values (JSON-safe) that `from_dict` reads back."""
-        values = asdict(self)
-        for key in ("camera_names", "state_names", "action_names", "relative_action_mask"):
-            values[key] = list(values[key])
-        return values
+        return family_kit.plain_config(self, ("camera_names", "state_names", "action_names", "relative_action_mask"))
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "Pi05Config":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        _require(not unknown, f"unknown pi05 config keys: {unknown}")
-        values = dict(values)
-        try:
-            values["vision"] = VisionConfig(**values["vision"])
-            values["lm"] = GemmaConfig(**values["lm"])
-            values["expert"] = GemmaConfig(**values["expert"])
-            return cls(**values)
-        except (KeyError, TypeError) as error:
-            raise ValueError(f"incomplete or malformed pi05 config: {error}") from None
+        return family_kit.config_from_plain(cls, values, "pi05", {"vision": VisionConfig, "lm": GemmaConfig, "expert": GemmaConfig})
 
     def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(model config, solver settings, robot metadata) as a bundle stores them."""
-        values = self.to_dict()
-        solver = {"method": "euler", "num_inference_steps": values.pop("num_inference_steps"),
-                  "noise_seed": values.pop("noise_seed")}
-        robot = {key: values.pop(key) for key in _ROBOT_KEYS}
-        return values, solver, robot
+        return family_kit.split_bundle_sections(self.to_dict())
 
     @classmethod
     def from_bundle_sections(cls, model: Mapping[str, Any], solver: Mapping[str, Any],
                              robot: Mapping[str, Any]) -> "Pi05Config":
-        method = solver.get("method", "euler")
-        _require(method == "euler", f"pi05 runs the Euler solver; the bundle asks for {method!r}")
-        values = dict(model)
-        values["num_inference_steps"] = solver["num_inference_steps"]
-        values["noise_seed"] = solver.get("noise_seed", DEFAULT_NOISE_SEED)
-        values.update({key: robot[key] for key in _ROBOT_KEYS})
+        values = family_kit.join_bundle_sections("pi05", model, solver, robot, DEFAULT_NOISE_SEED)
         values.setdefault("relative_action_mask", ())
         return cls.from_dict(values)
 
@@ -161,9 +140,6 @@ class Pi05Config:
             )
         except KeyError as error:
             raise ValueError(f"reference record config.json lacks {error}") from None
-
-
-_ROBOT_KEYS = ("state_names", "action_names", "action_period_s")
 
 
 def _gemma_from_record(part: Mapping[str, Any]) -> GemmaConfig:

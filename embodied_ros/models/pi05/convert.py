@@ -29,16 +29,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from safetensors.numpy import load_file
 
 from embodied_ros.bundle.source import map_safetensors
-
+from embodied_ros.models import family_kit
 from embodied_ros.models.pi05.config import (DEFAULT_ACTION_PERIOD_S, GemmaConfig, Pi05Config, VisionConfig,
                                              camera_name)
 from embodied_ros.models.pi05.weights import check_weights, rename_lerobot, stack_projections, tensor_group
 
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
+WEIGHTS_FILE, CONFIG_FILE = family_kit.WEIGHTS_FILE, family_kit.CONFIG_FILE
 TOKENIZER_FILE = "tokenizer.model"
 
 # head counts LeRobot builds for each variant name (the one thing shapes cannot tell). pi0.5's
@@ -61,12 +59,8 @@ class Checkpoint:
 
 def detect(source: Path) -> bool:
     """True for a folder holding a pi0.5 checkpoint in either layout (file names and config only)."""
-    source = Path(source)
-    if not (source / CONFIG_FILE).is_file() or not (source / WEIGHTS_FILE).is_file():
-        return False
-    try:
-        config = json.loads((source / CONFIG_FILE).read_text())
-    except (OSError, ValueError):
+    config = family_kit.saved_config(source)
+    if config is None:
         return False
     return config.get("type") == "pi05" or ({"vision", "language_model", "expert"} <= set(config)
                                             and "suffix" not in config)  # a pi0 record has a suffix
@@ -114,40 +108,20 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
     format, see models/pi05/parity.py): they become the bundle's reference record, with the
     tolerance of the weakest stored type, and the written bundle must reproduce them.
     """
-    from embodied_ros.bundle import BundleWriter, QuantPlan, RobotMetadata
+    from embodied_ros.bundle import BundleWriter, QuantPlan
     from embodied_ros.models.pi05 import parity
 
     checkpoint = read_checkpoint(source, overrides, reference)
     plan = quant_plan if isinstance(quant_plan, QuantPlan) else QuantPlan.parse(quant_plan)
-    model, solver, robot = checkpoint.config.bundle_sections()
     writer = BundleWriter("pi05", plan, group_of=tensor_group)
-    writer.set_config(model)
-    writer.set_solver(solver)
-    writer.set_robot(RobotMetadata(**robot))
+    family_kit.set_policy_sections(writer, checkpoint.config)
     writer.set_source(checkpoint.source)
     writer.add_weights(checkpoint.weights)
     if checkpoint.stats:
         writer.set_stats(checkpoint.stats)
     if checkpoint.tokenizer is not None:
         writer.set_tokenizer(checkpoint.tokenizer)
-    if reference is not None:
-        stored_types = {qtype for _, _, qtype, _ in writer.plan_report()}
-        writer.set_reference(parity.reference_record(Path(reference), parity.tolerance_for(stored_types)))
-    writer.write(output, progress=progress)
-    if reference is not None:
-        _check_reference(Path(output))
-
-
-def _check_reference(output: Path) -> None:
-    """Run the new bundle's reference record; a bundle that misses it is removed."""
-    from embodied_ros.bundle import open_bundle
-    from embodied_ros.models.pi05 import parity
-
-    error, tolerance = parity.verify_reference(open_bundle(output, architecture="pi05"))
-    if not error <= tolerance:
-        output.unlink(missing_ok=True)
-        raise ValueError(f"converted bundle misses its reference record: max abs action error {error:.3g} > "
-                         f"tolerance {tolerance:.3g}; bundle not written")
+    family_kit.write_checked(writer, Path(output), reference, progress, parity)
 
 
 # ---- LeRobot layout ------------------------------------------------------------------------
@@ -156,19 +130,15 @@ def recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
     """What a reference-case description (cases.json) beside the checkpoint or in the reference
     folder records and the checkpoint lacks: head counts ("model_dims") and the state's joint
     names ("state_names")."""
-    for folder in ([Path(reference)] if reference else []) + [source, source.parent]:
-        path = folder / "cases.json"
-        if path.is_file():
-            dims = json.loads(path.read_text()).get("model_dims", {})
-            hints = {f"vision.{k}": v for k, v in dims.get("vision", {}).items()}
-            hints.update({f"lm.{k}": v for k, v in dims.get("lm", {}).items()})
-            hints.update({f"expert.{k}": v for k, v in dims.get("expert", {}).items()})
-            hints = {k: v for k, v in hints.items() if k.endswith(("num_heads", "num_kv_heads", "head_dim"))}
-            recorded = json.loads(path.read_text())
-            if recorded.get("state_names"):
-                hints["state_names"] = list(recorded["state_names"])
-            return hints
-    return {}
+    recorded = family_kit.recorded_case_notes(source, reference)
+    if recorded is None:
+        return {}
+    dims = recorded.get("model_dims", {})
+    hints = {f"{part}.{k}": v for part in ("vision", "lm", "expert") for k, v in dims.get(part, {}).items()
+             if k.endswith(("num_heads", "num_kv_heads", "head_dim"))}
+    if recorded.get("state_names"):
+        hints["state_names"] = list(recorded["state_names"])
+    return hints
 
 
 def _layer_count(weights: Mapping[str, np.ndarray], stack: str) -> int:
@@ -248,46 +218,5 @@ def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray
     )
 
 
-def _processor_state(source: Path, pipeline_file: str, step_name: str) -> tuple[dict, dict[str, np.ndarray]]:
-    path = source / pipeline_file
-    if not path.is_file():
-        return {}, {}
-    for step in json.loads(path.read_text()).get("steps", []):
-        if step.get("registry_name") == step_name:
-            state_file = step.get("state_file")
-            tensors = load_file(str(source / state_file)) if state_file else {}
-            return step.get("config", {}), tensors
-    return {}, {}
-
-
-# LeRobot's normalization modes -> the statistics each reads (sequence/normalize.py picks the mode
-# back from which of them a bundle stores)
-NORMALIZATION_STATS = {"QUANTILES": ("q01", "q99"), "MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max")}
-
-
-def _mode_stats(tensors: Mapping[str, np.ndarray], feature: str, mode: str, what: str) -> dict[str, np.ndarray]:
-    if mode == "IDENTITY":
-        return {}
-    if mode not in NORMALIZATION_STATS:
-        raise ValueError(f"{what} normalization {mode!r} is not supported "
-                         f"(supported: IDENTITY, {', '.join(NORMALIZATION_STATS)})")
-    try:
-        return {stat: np.asarray(tensors[f"{feature}.{stat}"], np.float32).reshape(-1)
-                for stat in NORMALIZATION_STATS[mode]}
-    except KeyError as error:
-        raise ValueError(f"normalizer stats lack {error} for the {what}") from None
-
-
-def lerobot_stats(source: Path, raw: Mapping[str, Any],
-                   default_mode: str = "QUANTILES") -> dict[str, dict[str, np.ndarray]]:
-    modes = raw.get("normalization_mapping", {})
-    stats = {}
-    _, pre = _processor_state(source, "policy_preprocessor.json", "normalizer_processor")
-    _, post = _processor_state(source, "policy_postprocessor.json", "unnormalizer_processor")
-    state = _mode_stats(pre, "observation.state", modes.get("STATE", default_mode), "state") if pre else {}
-    action = _mode_stats(post, "action", modes.get("ACTION", default_mode), "action") if post else {}
-    if state:
-        stats["state"] = state
-    if action:
-        stats["action"] = action
-    return stats
+def lerobot_stats(source: Path, raw: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    return family_kit.lerobot_stats(source, raw, default_mode="QUANTILES")

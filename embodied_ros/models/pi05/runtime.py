@@ -25,29 +25,23 @@ from embodied_ros.models.pi05.model import Pi05Model
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import ModelSpec
 from embodied_ros.pipeline.types import ActionChunkResult, ChunkContinuation, Observation, StageResult
+from embodied_ros.models import family_kit
 from embodied_ros.models.pi05 import prompt as prompts
 from embodied_ros.sequence.images import model_image
 from embodied_ros.sequence.normalize import Normalizer, normalizer_of
 from embodied_ros.sequence.tokenizer import PromptTokenizer
 
 
-def model_spec(config: Pi05Config, architecture: str = "pi05") -> ModelSpec:
-    """The stage contract's spec; real-time chunking only where the runtime's `act` takes a continuation."""
-    size = config.vision.image_size
-    return ModelSpec(
-        architecture=architecture, camera_names=config.camera_names, image_size=(size, size),
-        state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
-        action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
-        world_noise_shape=None, has_world_model=False, real_time_chunking=architecture == "pi05")
+def model_spec(config: Pi05Config) -> ModelSpec:
+    """The stage contract's spec; pi0.5's `act` takes a continuation (real-time chunking)."""
+    return family_kit.action_model_spec(config, "pi05", real_time_chunking=True)
 
 
 class Pi05Runtime:
     def __init__(self, model: Pi05Model, tokenizer: PromptTokenizer | None = None,
                  state_stats: Normalizer | None = None, action_stats: Normalizer | None = None) -> None:
         config = model.config
-        for stats, dim, what in ((state_stats, config.state_dim, "state"), (action_stats, config.action_dim, "action")):
-            if stats is not None and stats.dim != dim:
-                raise ValueError(f"{what} normalization stats have {stats.dim} values, the model has {dim} {what}s")
+        family_kit.check_stats(config, state_stats, action_stats)
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
@@ -86,12 +80,7 @@ class Pi05Runtime:
 
     def prompt(self, observation: Observation) -> tuple[str, np.ndarray]:
         """The prompt text and the normalized state it was built from."""
-        if observation.state is None:
-            raise ValueError("pi0.5 writes the robot state into its prompt; the observation has no state")
-        state = np.asarray(observation.state, dtype=np.float32).reshape(-1)
-        if state.size != self.config.state_dim:
-            raise ValueError(f"state has {state.size} values, the model expects {self.config.state_dim} "
-                             f"({', '.join(self.config.state_names)})")
+        state = family_kit.raw_state(observation, self.config, "pi0.5 writes the robot state into its prompt")
         normalized = state if self.state_stats is None else self.state_stats.normalize(state)
         return prompts.build_prompt(observation.instruction, prompts.discretize_state(normalized)), normalized
 
@@ -162,16 +151,9 @@ class Pi05Runtime:
         return actions.astype(np.float32)
 
 
-def config_of(bundle, config_type=Pi05Config):
+def config_of(bundle) -> Pi05Config:
     """The model config from a bundle's metadata alone (no weights read)."""
-    robot = bundle.robot
-    if robot is None:
-        raise ValueError(f"{bundle.path}: {bundle.architecture} bundle lacks robot metadata "
-                         "(state/action names, action period)")
-    return config_type.from_bundle_sections(
-        bundle.config, bundle.solver,
-        {"state_names": robot.state_names, "action_names": robot.action_names,
-         "action_period_s": robot.action_period_s})
+    return family_kit.config_of(bundle, Pi05Config)
 
 
 def spec_of(bundle) -> ModelSpec:

@@ -14,18 +14,18 @@ config's rope_theta says).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from embodied_ros.backbone.llama import LlamaConfig
 from embodied_ros.backbone.smolvlm import SmolVLMVisionConfig
 from embodied_ros.heads.interleaved_expert import layer_plan
+from embodied_ros.models import family_kit
 
 DEFAULT_ACTION_PERIOD_S = 0.02  # LeRobot saves do not record the control rate
 DEFAULT_NOISE_SEED = 0
 ROPE_THETA = 10000.0
 LEROBOT_CAMERA_PREFIX = "observation.images."
-_ROBOT_KEYS = ("state_names", "action_names", "action_period_s")
 
 
 def camera_name(feature_key: str) -> str:
@@ -105,41 +105,21 @@ class SmolVLAConfig:
         return layer_plan(self.lm.depth, self.expert.depth, self.self_attn_every_n_layers)
 
     def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        for key in ("camera_names", "state_names", "action_names"):
-            values[key] = list(values[key])
-        return values
+        """Plain nested values (JSON-safe) that `from_dict` reads back."""
+        return family_kit.plain_config(self, ("camera_names", "state_names", "action_names"))
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "SmolVLAConfig":
-        unknown = sorted(set(values) - {f.name for f in fields(cls)})
-        _require(not unknown, f"unknown smolvla config keys: {unknown}")
-        values = dict(values)
-        try:
-            values["vision"] = SmolVLMVisionConfig(**values["vision"])
-            values["lm"] = LlamaConfig(**values["lm"])
-            values["expert"] = LlamaConfig(**values["expert"])
-            return cls(**values)
-        except (KeyError, TypeError) as error:
-            raise ValueError(f"incomplete or malformed smolvla config: {error}") from None
+        return family_kit.config_from_plain(cls, values, "smolvla", {"vision": SmolVLMVisionConfig, "lm": LlamaConfig, "expert": LlamaConfig})
 
     def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(model config, solver settings, robot metadata) as a bundle stores them."""
-        values = self.to_dict()
-        solver = {"method": "euler", "num_inference_steps": values.pop("num_inference_steps"),
-                  "noise_seed": values.pop("noise_seed")}
-        robot = {key: values.pop(key) for key in _ROBOT_KEYS}
-        return values, solver, robot
+        return family_kit.split_bundle_sections(self.to_dict())
 
     @classmethod
     def from_bundle_sections(cls, model: Mapping[str, Any], solver: Mapping[str, Any],
                              robot: Mapping[str, Any]) -> "SmolVLAConfig":
-        method = solver.get("method", "euler")
-        _require(method == "euler", f"smolvla runs the Euler solver; the bundle asks for {method!r}")
-        values = dict(model)
-        values["num_inference_steps"] = solver["num_inference_steps"]
-        values["noise_seed"] = solver.get("noise_seed", DEFAULT_NOISE_SEED)
-        values.update({key: robot[key] for key in _ROBOT_KEYS})
+        values = family_kit.join_bundle_sections("smolvla", model, solver, robot, DEFAULT_NOISE_SEED)
         return cls.from_dict(values)
 
     @classmethod

@@ -30,11 +30,11 @@ from safetensors.numpy import load_file
 
 from embodied_ros.backbone.llama import LlamaConfig
 from embodied_ros.backbone.smolvlm import SmolVLMVisionConfig
+from embodied_ros.models import family_kit
 from embodied_ros.models.smolvla.config import DEFAULT_ACTION_PERIOD_S, ROPE_THETA, SmolVLAConfig, camera_name
 from embodied_ros.models.smolvla.weights import check_weights, rename_lerobot, stack_projections, tensor_group
 
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
+WEIGHTS_FILE, CONFIG_FILE = family_kit.WEIGHTS_FILE, family_kit.CONFIG_FILE
 TOKENIZER_FILE = "tokenizer.json"
 
 _VLM_VARIANTS = {"HuggingFaceTB/SmolVLM2-500M-Video-Instruct": {
@@ -55,12 +55,8 @@ class Checkpoint:
 
 def detect(source: Path) -> bool:
     """True for a folder holding a SmolVLA checkpoint in either layout (file names and config only)."""
-    source = Path(source)
-    if not (source / CONFIG_FILE).is_file() or not (source / WEIGHTS_FILE).is_file():
-        return False
-    try:
-        config = json.loads((source / CONFIG_FILE).read_text())
-    except (OSError, ValueError):
+    config = family_kit.saved_config(source)
+    if config is None:
         return False
     return config.get("type") == "smolvla" or {"vision", "connector", "text_model", "expert"} <= set(config)
 
@@ -98,39 +94,20 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
             progress: bool = False, overrides: Mapping[str, Any] | None = None) -> None:
     """Write the bundle of the checkpoint in `source` to `output` (see models/pi05/convert.py for
     `quant_plan` and `reference`; groups here: vision, lm, expert, embedding, heads)."""
-    from embodied_ros.bundle import BundleWriter, QuantPlan, RobotMetadata
+    from embodied_ros.bundle import BundleWriter, QuantPlan
     from embodied_ros.models.smolvla import parity
 
     checkpoint = read_checkpoint(source, overrides, reference)
     plan = quant_plan if isinstance(quant_plan, QuantPlan) else QuantPlan.parse(quant_plan)
-    model, solver, robot = checkpoint.config.bundle_sections()
     writer = BundleWriter("smolvla", plan, group_of=tensor_group)
-    writer.set_config(model)
-    writer.set_solver(solver)
-    writer.set_robot(RobotMetadata(**robot))
+    family_kit.set_policy_sections(writer, checkpoint.config)
     writer.set_source(checkpoint.source)
     writer.add_weights(checkpoint.weights)
     if checkpoint.stats:
         writer.set_stats(checkpoint.stats)
     if checkpoint.tokenizer is not None:
         writer.set_tokenizer(checkpoint.tokenizer, kind="huggingface-json")
-    if reference is not None:
-        stored_types = {qtype for _, _, qtype, _ in writer.plan_report()}
-        writer.set_reference(parity.reference_record(Path(reference), parity.tolerance_for(stored_types)))
-    writer.write(output, progress=progress)
-    if reference is not None:
-        _check_reference(Path(output))
-
-
-def _check_reference(output: Path) -> None:
-    from embodied_ros.bundle import open_bundle
-    from embodied_ros.models.smolvla import parity
-
-    error, tolerance = parity.verify_reference(open_bundle(output, architecture="smolvla"))
-    if not error <= tolerance:
-        output.unlink(missing_ok=True)
-        raise ValueError(f"converted bundle misses its reference record: max abs action error {error:.3g} > "
-                         f"tolerance {tolerance:.3g}; bundle not written")
+    family_kit.write_checked(writer, Path(output), reference, progress, parity)
 
 
 # ---- LeRobot layout ------------------------------------------------------------------------
@@ -138,17 +115,15 @@ def _check_reference(output: Path) -> None:
 def _recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
     """Head counts ("model_dims") and joint names ("state_names") of a cases.json beside the
     checkpoint or in the reference folder."""
-    for folder in ([Path(reference)] if reference else []) + [source, source.parent]:
-        path = folder / "cases.json"
-        if path.is_file():
-            recorded = json.loads(path.read_text())
-            dims = recorded.get("model_dims", {})
-            hints = {f"{part}.{key}": value for part in ("vision", "lm") for key, value in dims.get(part, {}).items()
-                     if key in ("num_heads", "head_dim")}
-            if recorded.get("state_names"):
-                hints["state_names"] = list(recorded["state_names"])
-            return hints
-    return {}
+    recorded = family_kit.recorded_case_notes(source, reference)
+    if recorded is None:
+        return {}
+    dims = recorded.get("model_dims", {})
+    hints = {f"{part}.{key}": value for part in ("vision", "lm") for key, value in dims.get(part, {}).items()
+             if key in ("num_heads", "head_dim")}
+    if recorded.get("state_names"):
+        hints["state_names"] = list(recorded["state_names"])
+    return hints
 
 
 def _count(weights: Mapping[str, np.ndarray], stack: str) -> int:
@@ -223,36 +198,6 @@ def _config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarra
         action_period_s=float(hints.get("action_period_s", DEFAULT_ACTION_PERIOD_S)))
 
 
-def _processor_state(source: Path, pipeline_file: str, step_name: str) -> dict[str, np.ndarray]:
-    path = source / pipeline_file
-    if not path.is_file():
-        return {}
-    for step in json.loads(path.read_text()).get("steps", []):
-        if step.get("registry_name") == step_name:
-            state_file = step.get("state_file")
-            return load_file(str(source / state_file)) if state_file else {}
-    return {}
-
-
-def _mean_std(tensors: Mapping[str, np.ndarray], feature: str, mode: str, what: str) -> dict[str, np.ndarray]:
-    if mode == "IDENTITY":
-        return {}
-    if mode != "MEAN_STD":
-        raise ValueError(f"{what} normalization {mode!r} is not supported (SmolVLA uses MEAN_STD or IDENTITY)")
-    try:
-        return {"mean": np.asarray(tensors[f"{feature}.mean"], np.float32).reshape(-1),
-                "std": np.asarray(tensors[f"{feature}.std"], np.float32).reshape(-1)}
-    except KeyError as error:
-        raise ValueError(f"normalizer stats lack {error} for the {what}") from None
-
-
 def _lerobot_stats(source: Path, raw: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-    modes = raw.get("normalization_mapping", {})
-    pre = _processor_state(source, "policy_preprocessor.json", "normalizer_processor")
-    post = _processor_state(source, "policy_postprocessor.json", "unnormalizer_processor")
-    stats = {}
-    if pre and (state := _mean_std(pre, "observation.state", modes.get("STATE", "MEAN_STD"), "state")):
-        stats["state"] = state
-    if post and (action := _mean_std(post, "action", modes.get("ACTION", "MEAN_STD"), "action")):
-        stats["action"] = action
-    return stats
+    """SmolVLA normalizes with MEAN_STD (or IDENTITY)."""
+    return family_kit.lerobot_stats(source, raw, default_mode="MEAN_STD", supported=("MEAN_STD",))

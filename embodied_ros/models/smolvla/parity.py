@@ -9,44 +9,31 @@ pipeline record  checkpoint/ (LeRobot save) + cases.json (tasks) + cases.npz wit
                  `case{k}_{camera}_uint8` (absent = camera missing), `_state_raw`, `_noise` and
                  physical-unit `_actions` (format: test/data/smolvla_tiny_checkpoint/README.md).
 
-Tolerances are those of pi0.5 (models/pi05/parity.py), by the weakest stored type of a bundle.
+Tolerances: models/family_kit.py, by the weakest stored type of a bundle.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from embodied_ros.models.pi05.parity import TOLERANCES, CaseResult, tolerance_for
+from embodied_ros.models import family_kit
+from embodied_ros.models.family_kit import (CASES_FILE, TOLERANCES, CaseResult, case_count, pipeline_observation,
+                                            tolerance_for)
 from embodied_ros.models.smolvla.runtime import task_prompt
 from embodied_ros.pipeline.stages import infer
-from embodied_ros.pipeline.types import Observation
 
-CASES_FILE = "cases.npz"
-CHECKPOINT_FOLDER = "checkpoint"
-
-
-def _case_count(cases) -> int:
-    return len({name.split("_")[0] for name in cases.files if name.startswith("case") and name.endswith("_noise")})
+__all__ = ["TOLERANCES", "CaseResult", "tolerance_for", "record_kind", "recognizes_fixture", "model_case",
+           "pipeline_observation", "run_cases", "run_fixture_parity", "reference_record", "verify_reference"]
 
 
 def record_kind(folder: Path) -> str | None:
     """"model", "pipeline" or None for a folder that is not a SmolVLA record."""
     from embodied_ros.models.smolvla.convert import detect
 
-    folder = Path(folder)
-    if not (folder / CASES_FILE).is_file():
-        return None
-    checkpoint = folder / CHECKPOINT_FOLDER
-    if checkpoint.is_dir() and detect(checkpoint) and (folder / "cases.json").is_file():
-        return "pipeline"
-    if detect(folder):
-        return "model"
-    return None
+    return family_kit.record_kind(folder, detect)
 
 
 def recognizes_fixture(path: str | Path) -> bool:
@@ -62,25 +49,18 @@ def model_case(model, inputs, k: int, action_dim: int) -> np.ndarray:
     return model.sample_actions(cache, inputs[f"case{k}_noise"])[:, :action_dim]
 
 
-def pipeline_observation(inputs, task: str, k: int, camera_names) -> Observation:
-    images = {name: inputs[f"case{k}_{name}_uint8"] for name in camera_names if f"case{k}_{name}_uint8" in inputs}
-    return Observation(stamp_ns=k, images=images, state=inputs[f"case{k}_state_raw"], instruction=task)
-
-
 def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> Iterator[CaseResult]:
     folder = Path(folder)
-    kind = record_kind(folder)
-    if kind is None:
-        raise ValueError(f"{folder}: not a SmolVLA record (needs {CASES_FILE} beside a checkpoint)")
-    tasks = json.loads((folder / "cases.json").read_text())["cases"] if kind == "pipeline" else []
+    kind = family_kit.require_kind(folder, record_kind(folder), "SmolVLA")
+    tasks = family_kit.recorded_tasks(folder) if kind == "pipeline" else []
     with np.load(folder / CASES_FILE) as cases:
-        for k in range(_case_count(cases)):
+        for k in range(case_count(cases)):
             expected = cases[f"case{k}_actions"]
             if kind == "model":
                 actions = model_case(runtime.model, cases, k, expected.shape[1])
                 detail = ""
             else:
-                observation = pipeline_observation(cases, tasks[k]["task"], k, runtime.spec.camera_names)
+                observation = pipeline_observation(cases, tasks[k]["task"], f"case{k}", runtime.spec.camera_names, k)
                 actions = infer(runtime, observation, cases[f"case{k}_noise"]).actions
                 tokens, mask = runtime.tokenizer.encode(task_prompt(tasks[k]["task"]))
                 recorded = cases[f"case{k}_tokens"][cases[f"case{k}_token_mask"]]
@@ -89,23 +69,14 @@ def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> It
             yield CaseResult(f"case{k}", error if not detail else float("inf"), tolerance, detail)
 
 
-def checkpoint_of(folder: Path) -> Path:
-    return Path(folder) / CHECKPOINT_FOLDER if record_kind(folder) == "pipeline" else Path(folder)
-
-
 def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "numba") -> list[CaseResult]:
     """Convert the record's checkpoint to a temporary bundle stored as `quant` and run every case."""
-    from embodied_ros.bundle import QuantPlan, open_bundle
     from embodied_ros.models.smolvla.convert import convert
     from embodied_ros.models.smolvla.runtime import load_runtime
 
     folder = Path(path)
-    plan = QuantPlan.parse(quant)
-    with tempfile.TemporaryDirectory(prefix="smolvla_parity_") as scratch:
-        bundle_path = Path(scratch) / "policy.gguf"
-        convert(checkpoint_of(folder), bundle_path, plan, reference=None, progress=False)
-        bundle = open_bundle(bundle_path, architecture="smolvla")
-        tolerance = tolerance_for({bundle.tensor_info(name).qtype.lower() for name in bundle.weight_names})
+    checkpoint = family_kit.checkpoint_of(folder, record_kind(folder))
+    with family_kit.converted_bundle(checkpoint, quant, "smolvla", convert) as (bundle, tolerance):
         return list(run_cases(load_runtime(bundle, backend), folder, tolerance))
 
 
@@ -113,46 +84,17 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
 
 def reference_record(folder: Path, tolerance: float):
     """The record a bundle carries: the folder's inputs, noise and the reference's actions."""
-    from embodied_ros.bundle import ReferenceRecord
-
-    folder = Path(folder)
-    kind = record_kind(folder)
-    if kind is None:
-        raise ValueError(f"{folder}: not a SmolVLA record (needs {CASES_FILE} beside a checkpoint)")
-    inputs, noise, expected, fields = {}, {}, {}, {"kind": kind}
-    with np.load(folder / CASES_FILE) as cases:
-        for k in range(_case_count(cases)):
-            noise[f"case{k}"] = cases[f"case{k}_noise"]
-            expected[f"case{k}"] = cases[f"case{k}_actions"]
-            wanted = ("images", "image_masks", "tokens", "token_mask", "state") if kind == "model" else ("state_raw",)
-            for name in wanted:
-                inputs[f"case{k}_{name}"] = cases[f"case{k}_{name}"]
-            for name in cases.files:
-                if kind == "pipeline" and name.startswith(f"case{k}_") and name.endswith("_uint8"):
-                    inputs[name] = cases[name]
-    if kind == "pipeline":
-        for k, case in enumerate(json.loads((folder / "cases.json").read_text())["cases"]):
-            fields[f"case{k}_task"] = case["task"]
-    return ReferenceRecord(inputs=inputs, expected=expected, tolerance=tolerance, noise=noise, fields=fields)
+    kind = family_kit.require_kind(folder, record_kind(folder), "SmolVLA")
+    return family_kit.reference_record(folder, kind, tolerance,
+                                       ("images", "image_masks", "tokens", "token_mask", "state"))
 
 
 def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     """Re-run a bundle's reference record: (max abs action error, recorded tolerance)."""
     from embodied_ros.models.smolvla.runtime import load_runtime
 
-    record = bundle.reference
-    if record is None:
-        raise ValueError(f"{bundle.path}: bundle has no reference record")
-    runtime = load_runtime(bundle, backend)
-    worst = 0.0
-    for key, expected in record.expected.items():
-        k = int(key[len("case"):])
-        if record.fields.get("kind") == "pipeline":
-            observation = pipeline_observation(record.inputs, record.fields[f"{key}_task"], k,
-                                               runtime.spec.camera_names)
-            actions = infer(runtime, observation, record.noise[key]).actions
-        else:
-            inputs = {**record.inputs, f"{key}_noise": record.noise[key]}
-            actions = model_case(runtime.model, inputs, k, expected.shape[1])
-        worst = max(worst, float(np.abs(actions - expected).max()))
-    return worst, float(record.tolerance)
+    def record_case(runtime, record, key: str) -> np.ndarray:
+        inputs = {**record.inputs, f"{key}_noise": record.noise[key]}
+        return model_case(runtime.model, inputs, int(key[len("case"):]), record.expected[key].shape[1])
+
+    return family_kit.verify_reference(bundle, lambda b: load_runtime(b, backend), record_case)

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.backbone.prefix_cache import PrefixCache
+from embodied_ros.models import family_kit
 from embodied_ros.models.smolvla.config import SmolVLAConfig
 from embodied_ros.models.smolvla.model import SmolVLAModel
 from embodied_ros.pipeline.noise import stage_noise
@@ -48,9 +49,7 @@ class SmolVLARuntime:
     def __init__(self, model: SmolVLAModel, tokenizer: Any = None, state_stats: Normalizer | None = None,
                  action_stats: Normalizer | None = None) -> None:
         config = model.config
-        for stats, dim, what in ((state_stats, config.state_dim, "state"), (action_stats, config.action_dim, "action")):
-            if stats is not None and stats.dim != dim:
-                raise ValueError(f"{what} normalization stats have {stats.dim} values, the model has {dim} {what}s")
+        family_kit.check_stats(config, state_stats, action_stats)
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
@@ -88,12 +87,7 @@ class SmolVLARuntime:
     # ---- prefix ----------------------------------------------------------------------------
 
     def normalized_state(self, observation: Observation) -> np.ndarray:
-        if observation.state is None:
-            raise ValueError("smolvla reads the robot state; the observation has no state")
-        state = np.asarray(observation.state, dtype=np.float32).reshape(-1)
-        if state.size != self.config.state_dim:
-            raise ValueError(f"state has {state.size} values, the model expects {self.config.state_dim} "
-                             f"({', '.join(self.config.state_names)})")
+        state = family_kit.raw_state(observation, self.config, "smolvla reads the robot state")
         return state if self.state_stats is None else self.state_stats.normalize(state)
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult:
@@ -132,23 +126,12 @@ class SmolVLARuntime:
 
 
 def model_spec(config: SmolVLAConfig) -> ModelSpec:
-    size = config.vision.image_size
-    return ModelSpec(
-        architecture="smolvla", camera_names=config.camera_names, image_size=(size, size),
-        state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
-        action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
-        world_noise_shape=None, has_world_model=False)
+    return family_kit.action_model_spec(config, "smolvla")
 
 
 def config_of(bundle) -> SmolVLAConfig:
     """The model config from a bundle's metadata alone (no weights read)."""
-    robot = bundle.robot
-    if robot is None:
-        raise ValueError(f"{bundle.path}: smolvla bundle lacks robot metadata (state/action names, action period)")
-    return SmolVLAConfig.from_bundle_sections(
-        bundle.config, bundle.solver,
-        {"state_names": robot.state_names, "action_names": robot.action_names,
-         "action_period_s": robot.action_period_s})
+    return family_kit.config_of(bundle, SmolVLAConfig)
 
 
 def spec_of(bundle) -> ModelSpec:
