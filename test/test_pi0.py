@@ -1,10 +1,8 @@
 """pi0 (LeRobot PI0Policy) against its PyTorch reference records: model-space records of two shapes,
 the intermediate taps, and a LeRobot-layout checkpoint from raw inputs to physical actions."""
 
-import importlib.util
 import json
 import sys
-import types
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from embodied_ros.models.pi0.runtime import load_runtime, prompt_text
 from embodied_ros.models.pi0.weights import from_lerobot
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
+from launch_stand_in import launch_actions
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "test" / "data"
@@ -160,24 +159,8 @@ def test_config_and_launch_file():
     assert ours == theirs | {"bundle": "../bundles/pi0_tiny.gguf"}
 
 
-class _Recorded:
-    def __init__(self, *args, **kwargs):
-        self.args, self.kwargs = args, kwargs
-
-
 def test_launch_file_includes_the_graph_launch_with_the_pi0_config(monkeypatch):
-    names = {"launch": ["LaunchDescription"], "launch.actions": ["DeclareLaunchArgument", "IncludeLaunchDescription"],
-             "launch.launch_description_sources": ["PythonLaunchDescriptionSource"],
-             "launch.substitutions": ["LaunchConfiguration"]}
-    for module_name, classes in names.items():
-        module = types.ModuleType(module_name)
-        for cls in classes:
-            setattr(module, cls, type(cls, (_Recorded,), {}))
-        monkeypatch.setitem(sys.modules, module_name, module)
-    spec = importlib.util.spec_from_file_location("pi0_launch", ROOT / "launch" / "pi0.launch.py")
-    launch_file = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(launch_file)
-    [declare, include] = launch_file.generate_launch_description().args[0]
+    [declare, include] = launch_actions(monkeypatch, "pi0")
     assert declare.kwargs["default_value"] == str(ROOT / "config" / "pi0.yaml")
     assert include.args[0].args[0] == str(ROOT / "launch" / "pi05.launch.py")
 

@@ -1,12 +1,10 @@
 """config/smolvla.yaml, launch/smolvla.launch.py and the shipped bundle: `embodied-ros up` publishes
 SmolVLA action chunks at the configured rate."""
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-import types
 
 import yaml
 
@@ -15,6 +13,7 @@ from embodied_ros.node_infra.config import flatten, load_config
 from embodied_ros.models.smolvla import verify_reference
 from graph_bundles import ROOT
 from graph_harness import next_domain
+from launch_stand_in import launch_actions
 
 CONFIG = ROOT / "config" / "smolvla.yaml"
 BUNDLE = ROOT / "bundles" / "smolvla_tiny.gguf"
@@ -32,24 +31,8 @@ def test_shipped_bundle_reproduces_its_reference_record():
     assert error < tolerance == 1e-4
 
 
-class _Recorded:
-    def __init__(self, *args, **kwargs):
-        self.args, self.kwargs = args, kwargs
-
-
 def test_launch_file_includes_the_graph_launch_with_the_smolvla_config(monkeypatch):
-    names = {"launch": ["LaunchDescription"], "launch.actions": ["DeclareLaunchArgument", "IncludeLaunchDescription"],
-             "launch.launch_description_sources": ["PythonLaunchDescriptionSource"],
-             "launch.substitutions": ["LaunchConfiguration"]}
-    for module_name, classes in names.items():
-        module = types.ModuleType(module_name)
-        for cls in classes:
-            setattr(module, cls, type(cls, (_Recorded,), {}))
-        monkeypatch.setitem(sys.modules, module_name, module)
-    spec = importlib.util.spec_from_file_location("smolvla_launch", ROOT / "launch" / "smolvla.launch.py")
-    launch_file = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(launch_file)
-    [declare, include] = launch_file.generate_launch_description().args[0]
+    [declare, include] = launch_actions(monkeypatch, "smolvla")
     assert declare.kwargs["default_value"] == str(ROOT / "config" / "smolvla.yaml")
     assert include.args[0].args[0] == str(ROOT / "launch" / "pi05.launch.py")
 
