@@ -22,13 +22,12 @@ from typing import Any, Mapping
 from safetensors.numpy import load_file
 
 from embodied_ros.models import family_kit
+from embodied_ros.models import paligemma_save as paligemma
+from embodied_ros.models.paligemma_save import OVERRIDE_KEYS, TOKENIZER_FILE, stack_projections
 from embodied_ros.models.pi0.config import ARCHITECTURE, Pi0Config
 from embodied_ros.models.pi0.weights import check_weights, rename_lerobot, tensor_group
-from embodied_ros.models.pi05 import convert as paligemma
-from embodied_ros.models.pi05.weights import stack_projections
 
-CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = paligemma.CONFIG_FILE, paligemma.WEIGHTS_FILE, paligemma.TOKENIZER_FILE
-OVERRIDE_KEYS = paligemma.OVERRIDE_KEYS
+CONFIG_FILE, WEIGHTS_FILE = family_kit.CONFIG_FILE, family_kit.WEIGHTS_FILE
 
 
 def detect(source: Path) -> bool:

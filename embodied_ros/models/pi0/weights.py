@@ -1,7 +1,8 @@
 """The runtime's tensor names for pi0, and how LeRobot's `PI0Policy` parameter names map onto them.
 
-SigLIP, projector, LM and the expert's linear layers are named as in pi0.5
-(models/pi05/weights.py); pi0's expert has plain Gemma norms and its own input projections:
+SigLIP, projector, LM and the expert's linear layers are named as in pi0.5 (models/pi05/weights.py;
+the shared naming is models/paligemma_save.py); pi0's expert has plain Gemma norms and its own
+input projections:
 
     expert.blk.{i}.{attn_norm,ffn_norm}.weight, expert.final_norm.weight   [expert width]
     state_in.{weight,bias}            state (padded to max_state_dim) -> the state token
@@ -18,7 +19,7 @@ import numpy as np
 
 from embodied_ros.backbone import gemma
 from embodied_ros.models.pi0.config import Pi0Config
-from embodied_ros.models.pi05 import weights as paligemma
+from embodied_ros.models import paligemma_save as paligemma
 
 FAMILY = "pi0"
 
@@ -56,7 +57,7 @@ def expected_shapes(config: Pi0Config) -> dict[str, tuple[int, ...]]:
 
 
 def check_weights(weights: Mapping[str, Any], config: Pi0Config) -> None:
-    paligemma.check_weights(weights, config, expected_shapes(config), FAMILY)
+    paligemma.check_weights(weights, expected_shapes(config), FAMILY)
 
 
 def is_linear_weight(name: str) -> bool:

@@ -24,7 +24,6 @@ cases.json ("state_names"), else state_0, state_1, ... A real LeRobot save names
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -32,29 +31,12 @@ import numpy as np
 
 from embodied_ros.bundle.source import map_safetensors
 from embodied_ros.models import family_kit
-from embodied_ros.models.pi05.config import (DEFAULT_ACTION_PERIOD_S, GemmaConfig, Pi05Config, VisionConfig,
-                                             camera_name)
+from embodied_ros.models.paligemma_save import (OVERRIDE_KEYS, TOKENIZER_FILE, Checkpoint, config_from_lerobot,
+                                                recorded_hints)
+from embodied_ros.models.pi05.config import Pi05Config
 from embodied_ros.models.pi05.weights import check_weights, rename_lerobot, stack_projections, tensor_group
 
 WEIGHTS_FILE, CONFIG_FILE = family_kit.WEIGHTS_FILE, family_kit.CONFIG_FILE
-TOKENIZER_FILE = "tokenizer.model"
-
-# head counts LeRobot builds for each variant name (the one thing shapes cannot tell). pi0.5's
-# attention shape is fixed by the variant (8 query heads; the expert must match the LM's K/V), so
-# the Gemma counts hold for any width; SigLIP's are only known for the so400m width.
-_GEMMA_VARIANTS = {"gemma_2b": {"num_heads": 8}, "gemma_300m": {"num_heads": 8}}
-_SIGLIP_SO400M = {"width": 1152, "num_heads": 16}
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """Everything a bundle holds, read from a checkpoint folder."""
-
-    config: Pi05Config
-    weights: dict[str, np.ndarray]  # runtime names
-    stats: dict[str, dict[str, np.ndarray]]  # {"state": {"q01", "q99"}, "action": {...}}; may be empty
-    tokenizer: bytes | None
-    source: str
 
 
 def detect(source: Path) -> bool:
@@ -64,11 +46,6 @@ def detect(source: Path) -> bool:
         return False
     return config.get("type") == "pi05" or ({"vision", "language_model", "expert"} <= set(config)
                                             and "suffix" not in config)  # a pi0 record has a suffix
-
-
-# What `overrides` may set (`embodied-ros bundle convert --set KEY=VALUE`, --tokenizer FILE).
-OVERRIDE_KEYS = frozenset({f"{part}.{key}" for part in ("lm", "expert") for key in ("num_heads", "head_dim")}
-                          | {"vision.num_heads", "state_names", "action_period_s", "tokenizer"})
 
 
 def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
@@ -125,98 +102,6 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
 
 
 # ---- LeRobot layout ------------------------------------------------------------------------
-
-def recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
-    """What a reference-case description (cases.json) beside the checkpoint or in the reference
-    folder records and the checkpoint lacks: head counts ("model_dims") and the state's joint
-    names ("state_names")."""
-    recorded = family_kit.recorded_case_notes(source, reference)
-    if recorded is None:
-        return {}
-    dims = recorded.get("model_dims", {})
-    hints = {f"{part}.{k}": v for part in ("vision", "lm", "expert") for k, v in dims.get(part, {}).items()
-             if k.endswith(("num_heads", "num_kv_heads", "head_dim"))}
-    if recorded.get("state_names"):
-        hints["state_names"] = list(recorded["state_names"])
-    return hints
-
-
-def _layer_count(weights: Mapping[str, np.ndarray], stack: str) -> int:
-    return len({name.split(".")[2] for name in weights if name.startswith(f"{stack}.blk.")})
-
-
-def _heads(hints: Mapping[str, Any], part: str, variant: Mapping[str, int] | None, width: int,
-           key: str) -> int:
-    hint = hints.get(f"{part}.{key}")
-    if hint is not None:
-        return int(hint)
-    if variant is not None and variant.get("width", width) == width and key in variant:
-        return variant[key]
-    raise ValueError(f"{part}.{key} cannot be read from the weights ({part} width {width} matches no known "
-                     f"variant); pass it as an override, e.g. {part}.{key}=N")
-
-
-def _gemma_from_weights(weights, stack: str, variant_name: str, hints) -> GemmaConfig:
-    variant = _GEMMA_VARIANTS.get(variant_name)
-    q_rows, width = weights[f"{stack}.blk.0.attn_q.weight"].shape
-    kv_rows = weights[f"{stack}.blk.0.attn_k.weight"].shape[0]
-    num_heads = _heads(hints, stack, variant, width, "num_heads")
-    if q_rows % num_heads:
-        raise ValueError(f"{stack}: query projection has {q_rows} rows, not divisible by {num_heads} heads")
-    head_dim = int(hints.get(f"{stack}.head_dim", q_rows // num_heads))
-    if kv_rows % head_dim:
-        raise ValueError(f"{stack}: key projection has {kv_rows} rows, not a multiple of head_dim {head_dim}")
-    return GemmaConfig(width=width, depth=_layer_count(weights, stack),
-                       mlp_dim=weights[f"{stack}.blk.0.ffn_gate.weight"].shape[0], num_heads=num_heads,
-                       num_kv_heads=kv_rows // head_dim, head_dim=head_dim)
-
-
-def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray], hints) -> Pi05Config:
-    patch_features = weights["vision.patch.weight"].shape[1]
-    patch = int(round((patch_features / 3) ** 0.5))
-    tokens = weights["vision.position"].shape[0]
-    side = int(round(tokens ** 0.5))
-    width = weights["vision.patch.weight"].shape[0]
-    vision = VisionConfig(image_size=side * patch, patch_size=patch, width=width,
-                          depth=_layer_count(weights, "vision"),
-                          mlp_dim=weights["vision.blk.0.fc1.weight"].shape[0],
-                          num_heads=_heads(hints, "vision", _SIGLIP_SO400M, width, "num_heads"))
-    resolution = tuple(raw.get("image_resolution", (vision.image_size, vision.image_size)))
-    if resolution != (vision.image_size, vision.image_size):
-        raise ValueError(f"config image_resolution {resolution} disagrees with the vision weights "
-                         f"({side}x{side} patches of {patch} = {vision.image_size})")
-    features = raw.get("input_features", {})
-    cameras = [camera_name(key) for key, f in features.items() if f.get("type") == "VISUAL"]
-    cameras += [f"empty_camera_{i}" for i in range(int(raw.get("empty_cameras", 0)))]
-    state_dim = int(features.get("observation.state", {}).get("shape", [0])[0])
-    action_dim = int(raw.get("output_features", {}).get("action", {}).get("shape", [0])[0])
-    action_names = list(raw.get("action_feature_names") or [])
-    if len(action_names) != action_dim:
-        action_names = [f"action_{i}" for i in range(action_dim)]
-    state_names = list(hints.get("state_names") or [])
-    if len(state_names) != state_dim:
-        state_names = [f"state_{i}" for i in range(state_dim)]
-    relative = ()
-    if raw.get("use_relative_actions"):
-        excluded = tuple(raw.get("relative_exclude_joints") or ())
-        relative = tuple(not any(part in name for part in excluded) for name in action_names)
-    return Pi05Config(
-        vision=vision,
-        lm=_gemma_from_weights(weights, "lm", raw.get("paligemma_variant", ""), hints),
-        expert=_gemma_from_weights(weights, "expert", raw.get("action_expert_variant", ""), hints),
-        vocab_size=weights["lm.token_embd"].shape[0],
-        camera_names=tuple(cameras), state_names=tuple(state_names), action_names=tuple(action_names),
-        chunk_size=int(raw.get("chunk_size", 50)),
-        max_action_dim=weights["action_in.weight"].shape[1],
-        max_state_dim=int(raw.get("max_state_dim", 32)),
-        num_inference_steps=int(raw.get("num_inference_steps", 10)),
-        tokenizer_max_length=int(raw.get("tokenizer_max_length", 200)),
-        time_min_period=float(raw.get("min_period", 4e-3)),
-        time_max_period=float(raw.get("max_period", 4.0)),
-        action_period_s=float(hints.get("action_period_s", DEFAULT_ACTION_PERIOD_S)),
-        relative_action_mask=relative,
-    )
-
 
 def lerobot_stats(source: Path, raw: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
     return family_kit.lerobot_stats(source, raw, default_mode="QUANTILES")
