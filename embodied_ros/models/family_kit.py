@@ -121,6 +121,38 @@ def raw_state(observation: Observation, config, missing: str) -> np.ndarray:
     return state
 
 
+def require_stage(result, stage: str, reader: str) -> None:
+    if result.stage != stage:
+        raise ValueError(f"{reader} needs the {stage} stage's result, got stage {result.stage!r}")
+
+
+def camera_batch(observation: Observation, camera_names, size: int, family: str) -> tuple[np.ndarray, np.ndarray]:
+    """(images [cameras, 3, size, size] in [-1, 1], present [cameras]) in model camera order; a missing
+    camera's slot is filled with -1 and never read. No camera at all is refused."""
+    from embodied_ros.sequence.images import model_image
+
+    present = np.array([observation.images.get(name) is not None for name in camera_names])
+    if not present.any():
+        raise ValueError(f"no camera image in the observation; {family} reads {', '.join(camera_names)}")
+    images = np.full((len(camera_names), 3, size, size), -1.0, np.float32)
+    for index, name in enumerate(camera_names):
+        if present[index]:
+            images[index] = model_image(observation.images[name], size, name)
+    return images, present
+
+
+def physical_actions(actions: np.ndarray, raw_state: np.ndarray | None, config, action_stats) -> np.ndarray:
+    """Model-space actions [C, action_dim] -> physical units (de-normalized, relative made absolute)."""
+    if action_stats is not None:
+        actions = action_stats.denormalize(actions)
+    if config.relative_action_mask:
+        if raw_state is None:
+            raise ValueError("relative actions need the raw state of the observation")
+        mask = np.array(config.relative_action_mask, dtype=np.float32)
+        actions = actions + raw_state[: config.action_dim] * mask
+    return actions.astype(np.float32)
+
+
 # ---- recorded cases ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -274,6 +306,23 @@ def saved_config(source: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return config if isinstance(config, dict) else None
+
+
+def check_overrides(overrides: Mapping[str, Any] | None, known: frozenset[str], family: str) -> dict[str, Any]:
+    """The conversion settings (`--set KEY=VALUE`, --tokenizer FILE) as a dict; an unknown one is refused."""
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown {family} conversion setting(s) {unknown}; known: {sorted(known)}")
+    return overrides
+
+
+def tokenizer_bytes(source: Path, overrides: Mapping[str, Any], default_file: str, what: str) -> bytes | None:
+    """The tokenizer the `tokenizer` setting names (it must exist), else `default_file` beside the checkpoint."""
+    path = Path(overrides.get("tokenizer") or Path(source) / default_file)
+    if overrides.get("tokenizer") and not path.is_file():
+        raise ValueError(f"{what} {path} does not exist")
+    return path.read_bytes() if path.is_file() else None
 
 
 def recorded_case_notes(source: Path, reference: Path | None) -> dict[str, Any] | None:

@@ -41,9 +41,7 @@ def detect(source: Path) -> bool:
 def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
                     reference: Path | None = None) -> paligemma.Checkpoint:
     source = Path(source)
-    unknown = sorted(set(overrides or {}) - OVERRIDE_KEYS)
-    if unknown:
-        raise ValueError(f"unknown pi0 conversion setting(s) {unknown}; known: {sorted(OVERRIDE_KEYS)}")
+    overrides = family_kit.check_overrides(overrides, OVERRIDE_KEYS, "pi0")
     if not detect(source):
         raise ValueError(f"{source}: not a pi0 checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot pi0 policy or a reference record)")
@@ -51,7 +49,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
     weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
     if raw_config.get("type") == "pi0":
         hints = paligemma.recorded_hints(source, reference)
-        hints.update(overrides or {})
+        hints.update(overrides)
         config = Pi0Config.from_dict(paligemma.config_from_lerobot(raw_config, weights, hints).to_dict())
         stats = family_kit.lerobot_stats(source, raw_config, default_mode="MEAN_STD")
     else:
@@ -59,10 +57,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         stats = {}
     weights = stack_projections(weights)
     check_weights(weights, config)
-    tokenizer_path = Path((overrides or {}).get("tokenizer") or source / TOKENIZER_FILE)
-    if (overrides or {}).get("tokenizer") and not tokenizer_path.is_file():
-        raise ValueError(f"tokenizer model {tokenizer_path} does not exist")
-    tokenizer = tokenizer_path.read_bytes() if tokenizer_path.is_file() else None
+    tokenizer = family_kit.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer model")
     return paligemma.Checkpoint(config, weights, stats, tokenizer, str(source))
 
 

@@ -51,9 +51,7 @@ def detect(source: Path) -> bool:
 def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
                     reference: Path | None = None) -> Checkpoint:
     source = Path(source)
-    unknown = sorted(set(overrides or {}) - OVERRIDE_KEYS)
-    if unknown:
-        raise ValueError(f"unknown pi0.5 conversion setting(s) {unknown}; known: {sorted(OVERRIDE_KEYS)}")
+    overrides = family_kit.check_overrides(overrides, OVERRIDE_KEYS, "pi0.5")
     if not detect(source):
         raise ValueError(f"{source}: not a pi0.5 checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot pi05 policy or a reference record)")
@@ -61,7 +59,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
     weights = rename_lerobot(map_safetensors(source / WEIGHTS_FILE))  # views of the file, read when written
     if raw_config.get("type") == "pi05":
         hints = recorded_hints(source, reference)
-        hints.update(overrides or {})
+        hints.update(overrides)
         config = config_from_lerobot(raw_config, weights, hints)
         stats = lerobot_stats(source, raw_config)
     else:
@@ -69,10 +67,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         stats = {}
     weights = stack_projections(weights)
     check_weights(weights, config)
-    tokenizer_path = Path((overrides or {}).get("tokenizer") or source / TOKENIZER_FILE)
-    if (overrides or {}).get("tokenizer") and not tokenizer_path.is_file():
-        raise ValueError(f"tokenizer model {tokenizer_path} does not exist")
-    tokenizer = tokenizer_path.read_bytes() if tokenizer_path.is_file() else None
+    tokenizer = family_kit.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer model")
     return Checkpoint(config, weights, stats, tokenizer, str(source))
 
 

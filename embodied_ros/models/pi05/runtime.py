@@ -27,7 +27,6 @@ from embodied_ros.pipeline.stages import ModelSpec
 from embodied_ros.pipeline.types import ActionChunkResult, ChunkContinuation, Observation, StageResult
 from embodied_ros.models import family_kit
 from embodied_ros.models.pi05 import prompt as prompts
-from embodied_ros.sequence.images import model_image
 from embodied_ros.sequence.normalize import Normalizer, normalizer_of
 from embodied_ros.sequence.tokenizer import PromptTokenizer
 
@@ -64,15 +63,8 @@ class Pi05Runtime:
     # ---- perception ------------------------------------------------------------------------
 
     def encode(self, observation: Observation) -> StageResult:
-        size = self.config.vision.image_size
-        names = self.config.camera_names
-        present = np.array([observation.images.get(name) is not None for name in names])
-        if not present.any():
-            raise ValueError(f"no camera image in the observation; pi0.5 reads {', '.join(names)}")
-        images = np.full((len(names), 3, size, size), -1.0, np.float32)  # a missing camera is never read
-        for index, name in enumerate(names):
-            if present[index]:
-                images[index] = model_image(observation.images[name], size, name)
+        images, present = family_kit.camera_batch(observation, self.config.camera_names,
+                                                  self.config.vision.image_size, "pi0.5")
         tokens = self.model.image_tokens(images, present)
         return StageResult("perception", observation.stamp_ns, {"image_tokens": tokens, "camera_mask": present})
 
@@ -85,8 +77,7 @@ class Pi05Runtime:
         return prompts.build_prompt(observation.instruction, prompts.discretize_state(normalized)), normalized
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult:
-        if embeddings.stage != "perception":
-            raise ValueError(f"build_prefix needs the perception stage's result, got stage {embeddings.stage!r}")
+        family_kit.require_stage(embeddings, "perception", "build_prefix")
         if self.tokenizer is None:
             raise ValueError("this bundle has no tokenizer model; convert the checkpoint with its tokenizer.model")
         text, _ = self.prompt(observation)
@@ -108,8 +99,7 @@ class Pi05Runtime:
 
     def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
             continuation: ChunkContinuation | None = None) -> ActionChunkResult:
-        if prefix.stage != "prefix":
-            raise ValueError(f"act needs the prefix stage's result, got stage {prefix.stage!r}")
+        family_kit.require_stage(prefix, "prefix", "act")
         cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
         raw_state = prefix.tensors.get("state")
@@ -126,14 +116,7 @@ class Pi05Runtime:
 
     def to_physical(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
         """Model-space actions [C, action_dim] -> physical units (de-normalized, relative made absolute)."""
-        if self.action_stats is not None:
-            actions = self.action_stats.denormalize(actions)
-        if self.config.relative_action_mask:
-            if raw_state is None:
-                raise ValueError("relative actions need the raw state of the observation")
-            mask = np.array(self.config.relative_action_mask, dtype=np.float32)
-            actions = actions + raw_state[: self.config.action_dim] * mask
-        return actions.astype(np.float32)
+        return family_kit.physical_actions(actions, raw_state, self.config, self.action_stats)
 
     def to_model(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
         """Physical actions [R, action_dim] -> model space, the inverse of `to_physical` for the

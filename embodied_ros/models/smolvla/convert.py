@@ -64,10 +64,7 @@ def detect(source: Path) -> bool:
 def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
                     reference: Path | None = None) -> Checkpoint:
     source = Path(source)
-    overrides = dict(overrides or {})
-    unknown = sorted(set(overrides) - OVERRIDE_KEYS)
-    if unknown:
-        raise ValueError(f"unknown smolvla conversion setting(s) {unknown}; known: {sorted(OVERRIDE_KEYS)}")
+    overrides = family_kit.check_overrides(overrides, OVERRIDE_KEYS, "smolvla")
     if not detect(source):
         raise ValueError(f"{source}: not a SmolVLA checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot smolvla policy or a reference record)")
@@ -83,10 +80,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         stats = {}
     weights = stack_projections(weights, config)
     check_weights(weights, config)
-    tokenizer_path = Path(overrides.get("tokenizer") or source / TOKENIZER_FILE)
-    if overrides.get("tokenizer") and not tokenizer_path.is_file():
-        raise ValueError(f"tokenizer file {tokenizer_path} does not exist")
-    tokenizer = tokenizer_path.read_bytes() if tokenizer_path.is_file() else None
+    tokenizer = family_kit.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer file")
     return Checkpoint(config, weights, stats, tokenizer, str(source))
 
 

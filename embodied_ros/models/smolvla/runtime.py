@@ -91,8 +91,7 @@ class SmolVLARuntime:
         return state if self.state_stats is None else self.state_stats.normalize(state)
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult:
-        if embeddings.stage != "perception":
-            raise ValueError(f"build_prefix needs the perception stage's result, got stage {embeddings.stage!r}")
+        family_kit.require_stage(embeddings, "perception", "build_prefix")
         if self.tokenizer is None:
             raise ValueError("this bundle has no tokenizer; convert the checkpoint with its tokenizer.json")
         tokens, token_mask = self.tokenizer.encode(task_prompt(observation.instruction))
@@ -114,8 +113,7 @@ class SmolVLARuntime:
 
     def act(self, prefix: StageResult, world: StageResult | None = None,
             noise: np.ndarray | None = None) -> ActionChunkResult:
-        if prefix.stage != "prefix":
-            raise ValueError(f"act needs the prefix stage's result, got stage {prefix.stage!r}")
+        family_kit.require_stage(prefix, "prefix", "act")
         cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
         actions = self.model.sample_actions(cache, noise)[:, : self.config.action_dim]
