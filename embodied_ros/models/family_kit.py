@@ -308,6 +308,48 @@ def saved_config(source: Path) -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
+def rename_lerobot(state_dict: Mapping[str, Any], runtime_name: Callable[[str], str | None], family: str,
+                   lm_head: str) -> dict[str, np.ndarray]:
+    """A LeRobot policy's `state_dict()` -> runtime names (`runtime_name` raises ValueError for a name the
+    family lacks, gives None for one inference never reads). Dtypes are kept; a tied save's `lm_head`
+    gives `lm.token_embd`; the patch conv is flattened to a linear."""
+    unknown = []
+    renamed: dict[str, np.ndarray] = {}
+    for name in state_dict:
+        try:
+            ours = runtime_name(name)
+        except ValueError:
+            unknown.append(name)
+            continue
+        if ours is not None:
+            renamed[ours] = np.asarray(state_dict[name])
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise ValueError(f"checkpoint is not a LeRobot {family} policy: unexpected tensors {shown}")
+    if "lm.token_embd" not in renamed and lm_head in state_dict:
+        renamed["lm.token_embd"] = np.asarray(state_dict[lm_head])
+    patch = renamed.get("vision.patch.weight")
+    if patch is not None and patch.ndim == 4:
+        renamed["vision.patch.weight"] = patch.reshape(patch.shape[0], -1)
+    return renamed
+
+
+def check_weight_shapes(weights: Mapping[str, Any], expected: Mapping[str, tuple[int, ...]], family: str,
+                        exact: bool = False) -> None:
+    """Every expected tensor present with its shape (ndarray or quantized tensor), and with `exact` no other;
+    else a ValueError."""
+    missing = [name for name in expected if name not in weights]
+    if missing:
+        raise ValueError(f"{family} weights lack {len(missing)} tensors, e.g. {', '.join(missing[:4])}")
+    wrong = [f"{name} {tuple(weights[name].shape)} (expected {shape})"
+             for name, shape in expected.items() if tuple(weights[name].shape) != shape]
+    if wrong:
+        raise ValueError(f"{family} weights do not match the config: {'; '.join(wrong[:4])}")
+    extra = sorted(set(weights) - set(expected)) if exact else []
+    if extra:
+        raise ValueError(f"{family} weights hold tensors the config does not describe: {', '.join(extra[:4])}")
+
+
 def check_overrides(overrides: Mapping[str, Any] | None, known: frozenset[str], family: str) -> dict[str, Any]:
     """The conversion settings (`--set KEY=VALUE`, --tokenizer FILE) as a dict; an unknown one is refused."""
     overrides = dict(overrides or {})

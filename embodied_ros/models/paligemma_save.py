@@ -75,28 +75,9 @@ def runtime_name(lerobot_name: str, rules: Rules, family: str) -> str | None:
 
 
 def rename_lerobot(state_dict: Mapping[str, Any], rules: Rules, family: str) -> dict[str, np.ndarray]:
-    """A LeRobot policy's `state_dict()` -> runtime prefixes with each projection on its own
-    (`attn_q`, `attn_k`, `attn_v`, `ffn_gate`, `ffn_up`): the shapes dimensions are read from.
-    Dtypes are kept; the patch conv is flattened to a linear."""
-    unknown = []
-    renamed: dict[str, np.ndarray] = {}
-    for name in state_dict:
-        try:
-            ours = runtime_name(name, rules, family)
-        except ValueError:
-            unknown.append(name)
-            continue
-        if ours is not None:
-            renamed[ours] = np.asarray(state_dict[name])
-    if unknown:
-        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise ValueError(f"checkpoint is not a LeRobot {family} policy: unexpected tensors {shown}")
-    if "lm.token_embd" not in renamed and _LM_HEAD in state_dict:
-        renamed["lm.token_embd"] = np.asarray(state_dict[_LM_HEAD])  # tied save: embeddings live in lm_head
-    patch = renamed.get("vision.patch.weight")
-    if patch is not None and patch.ndim == 4:
-        renamed["vision.patch.weight"] = patch.reshape(patch.shape[0], -1)
-    return renamed
+    """A LeRobot policy's `state_dict()` -> runtime names with each projection on its own (`attn_q`,
+    `attn_k`, `attn_v`, `ffn_gate`, `ffn_up`): the shapes dimensions are read from."""
+    return family_kit.rename_lerobot(state_dict, lambda name: runtime_name(name, rules, family), family, _LM_HEAD)
 
 
 _STACKS = (("attn_qkv", ("attn_q", "attn_k", "attn_v")), ("ffn_gate_up", ("ffn_gate", "ffn_up")))
@@ -144,13 +125,7 @@ def paligemma_shapes(config: Pi05Config) -> dict[str, tuple[int, ...]]:
 
 def check_weights(weights: Mapping[str, Any], expected: Mapping[str, tuple[int, ...]], family: str) -> None:
     """Every expected tensor present with its shape (ndarray or quantized tensor); else a ValueError."""
-    missing = [name for name in expected if name not in weights]
-    if missing:
-        raise ValueError(f"{family} weights lack {len(missing)} tensors, e.g. {', '.join(missing[:4])}")
-    wrong = [f"{name} {tuple(weights[name].shape)} (expected {shape})"
-             for name, shape in expected.items() if tuple(weights[name].shape) != shape]
-    if wrong:
-        raise ValueError(f"{family} weights do not match the config: {'; '.join(wrong[:4])}")
+    family_kit.check_weight_shapes(weights, expected, family)
 
 
 def is_linear_weight(name: str) -> bool:

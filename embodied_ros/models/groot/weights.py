@@ -26,6 +26,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from embodied_ros.models import family_kit
+
 _VISUAL = r"_groot_model\.backbone\.model\.model\.visual\."
 _LM = r"_groot_model\.backbone\.model\.model\.language_model\."
 _HEAD = r"_groot_model\.action_head\."
@@ -181,11 +183,4 @@ def expected_shapes(config) -> dict[str, tuple[int, ...]]:
 
 def check_weights(weights: Mapping[str, Any], config) -> None:
     """Every expected tensor present with its shape; else a ValueError."""
-    expected = expected_shapes(config)
-    missing = [name for name in expected if name not in weights]
-    if missing:
-        raise ValueError(f"groot weights lack {len(missing)} tensors, e.g. {', '.join(missing[:4])}")
-    wrong = [f"{name} {tuple(weights[name].shape)} (expected {shape})"
-             for name, shape in expected.items() if tuple(weights[name].shape) != shape]
-    if wrong:
-        raise ValueError(f"groot weights do not match the config: {'; '.join(wrong[:4])}")
+    family_kit.check_weight_shapes(weights, expected_shapes(config), "groot")

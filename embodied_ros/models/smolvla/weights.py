@@ -26,6 +26,7 @@ import numpy as np
 from embodied_ros.backbone import llama, smolvlm
 from embodied_ros.heads import interleaved_expert
 from embodied_ros.heads.interleaved_expert import CROSS
+from embodied_ros.models import family_kit
 
 _VLM = r"model\.vlm_with_expert\.vlm\."
 _VISION = _VLM + r"model\.vision_model\."
@@ -71,24 +72,7 @@ def runtime_name(lerobot_name: str) -> str | None:
 def rename_lerobot(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """LeRobot `SmolVLAPolicy.state_dict()` -> runtime names, each projection on its own (the shapes
     dimensions are read from); the patch conv is flattened to a linear."""
-    unknown, renamed = [], {}
-    for name in state_dict:
-        try:
-            ours = runtime_name(name)
-        except ValueError:
-            unknown.append(name)
-            continue
-        if ours is not None:
-            renamed[ours] = np.asarray(state_dict[name])
-    if unknown:
-        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise ValueError(f"checkpoint is not a LeRobot SmolVLA policy: unexpected tensors {shown}")
-    if "lm.token_embd" not in renamed and _LM_HEAD in state_dict:
-        renamed["lm.token_embd"] = np.asarray(state_dict[_LM_HEAD])
-    patch = renamed.get("vision.patch.weight")
-    if patch is not None and patch.ndim == 4:
-        renamed["vision.patch.weight"] = patch.reshape(patch.shape[0], -1)
-    return renamed
+    return family_kit.rename_lerobot(state_dict, runtime_name, "SmolVLA", _LM_HEAD)
 
 
 def stack_projections(renamed: Mapping[str, np.ndarray], config) -> dict[str, np.ndarray]:
@@ -136,18 +120,8 @@ def expected_shapes(config) -> dict[str, tuple[int, ...]]:
 
 
 def check_weights(weights: Mapping[str, Any], config) -> None:
-    """Every expected tensor present with its shape; else a ValueError."""
-    expected = expected_shapes(config)
-    missing = [name for name in expected if name not in weights]
-    if missing:
-        raise ValueError(f"smolvla weights lack {len(missing)} tensors, e.g. {', '.join(missing[:4])}")
-    wrong = [f"{name} {tuple(weights[name].shape)} (expected {shape})"
-             for name, shape in expected.items() if tuple(weights[name].shape) != shape]
-    if wrong:
-        raise ValueError(f"smolvla weights do not match the config: {'; '.join(wrong[:4])}")
-    extra = sorted(set(weights) - set(expected))
-    if extra:
-        raise ValueError(f"smolvla weights hold tensors the config does not describe: {', '.join(extra[:4])}")
+    """Every expected tensor present with its shape, and no other; else a ValueError."""
+    family_kit.check_weight_shapes(weights, expected_shapes(config), "smolvla", exact=True)
 
 
 _NOT_PRODUCTS = ("ln1", "ln2", "post_ln", "attn_norm", "ffn_norm", "final_norm")
