@@ -12,6 +12,7 @@ from embodied_ros.models.pi05 import verify_reference
 from embodied_ros.models.pi05.runtime import load_runtime
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
+from compile_probe import compiled_after_warm_up
 from pi05_fixtures import CHECKPOINT, TINY
 
 SOURCE = CHECKPOINT / "checkpoint"
@@ -109,41 +110,7 @@ def test_quantized_bundle_records_its_own_tolerance(tmp_path):
     assert 1e-4 < error < tolerance == 1e-1
 
 
-
-_COMPILE_PROBE = """
-import json, sys
-import numpy as np
-from numba.core.dispatcher import Dispatcher
-from embodied_ros.bundle import open_bundle
-from embodied_ros.models.pi05.runtime import load_runtime
-from embodied_ros.pipeline.stages import infer
-from embodied_ros.pipeline.types import Observation
-
-def signatures():
-    return {f"{m}.{n}": len(o.signatures) for m, mod in list(sys.modules.items()) if m.startswith("embodied_ros.kernels")
-            for n, o in vars(mod).items() if isinstance(o, Dispatcher)}
-
-runtime = load_runtime(open_bundle(sys.argv[1]))
-runtime.warm_up()
-before = signatures()
-cases = json.load(open(sys.argv[2] + "/cases.json"))["cases"]
-arrays = np.load(sys.argv[2] + "/cases.npz")
-for k, case in enumerate(cases):
-    images = {n: arrays[f"case{k}_{n}_uint8"] for n in runtime.spec.camera_names if f"case{k}_{n}_uint8" in arrays}
-    infer(runtime, Observation(k, images, arrays[f"case{k}_state_raw"], case["task"]), arrays[f"case{k}_noise"])
-print(json.dumps({name: [before.get(name, 0), count] for name, count in signatures().items()
-                  if count != before.get(name, 0)}))
-"""
-
-
 def test_nothing_compiles_after_warm_up(bundle):
     """In a fresh interpreter (this one has compiled everything already): after one warm_up,
     then real observations, a missing camera included, add no compiled signature."""
-    import json
-    import subprocess
-    import sys
-
-    result = subprocess.run([sys.executable, "-c", _COMPILE_PROBE, str(bundle.path), str(CHECKPOINT)],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == {}
+    assert compiled_after_warm_up("embodied_ros.models.pi05.runtime", bundle.path, CHECKPOINT) == {}
