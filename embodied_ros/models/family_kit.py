@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from embodied_ros.backbone.checks import require
+from embodied_ros.backbone.checks import positive, require
 from embodied_ros.pipeline.stages import ModelSpec, infer
 from embodied_ros.pipeline.types import Observation
 
@@ -36,6 +37,41 @@ ROBOT_KEYS = ("state_names", "action_names", "action_period_s")  # a config's ro
 
 
 # ---- config <-> bundle sections ------------------------------------------------------------
+
+class ActionChunkConfig:
+    """What a flow-matching VLA's config dataclass derives from its fields: state and action sizes,
+    the LM's embedding scale, and the checks every such config makes."""
+
+    @property
+    def action_dim(self) -> int:
+        return len(self.action_names)
+
+    @property
+    def state_dim(self) -> int:
+        return len(self.state_names)
+
+    @property
+    def embed_scale(self) -> float:
+        return math.sqrt(self.lm.width)
+
+    def check_chunk_settings(self, family: str) -> None:
+        """Sizes positive, cameras present and distinct, names within the padded sizes, a positive
+        control period, ordered time periods and an even expert width (sin/cos time embedding)."""
+        positive(family, vocab_size=self.vocab_size, chunk_size=self.chunk_size, max_action_dim=self.max_action_dim,
+                 max_state_dim=self.max_state_dim, num_inference_steps=self.num_inference_steps,
+                 tokenizer_max_length=self.tokenizer_max_length)
+        require(len(self.camera_names) > 0, f"{family} needs at least one camera")
+        require(len(set(self.camera_names)) == len(self.camera_names), f"camera names repeat: {self.camera_names}")
+        require(0 < len(self.action_names) <= self.max_action_dim,
+                f"{len(self.action_names)} action names for max_action_dim {self.max_action_dim}")
+        require(len(self.state_names) <= self.max_state_dim,
+                f"{len(self.state_names)} state names for max_state_dim {self.max_state_dim}")
+        require(self.action_period_s > 0, f"action_period_s must be positive, got {self.action_period_s}")
+        require(0 < self.time_min_period < self.time_max_period,
+                f"time periods must satisfy 0 < min < max, got {self.time_min_period}, {self.time_max_period}")
+        width = self.expert.width
+        require(width % 2 == 0, f"expert width must be even (sin/cos time embedding), got {width}")
+
 
 def plain_config(config, tuple_fields: tuple[str, ...]) -> dict[str, Any]:
     """A config dataclass as plain nested values (JSON-safe), its tuple fields as lists."""

@@ -8,11 +8,9 @@ action expert (1024 x 18, mlp 4096); both Gemmas use 8 query heads, 1 kv head, h
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from embodied_ros.backbone.checks import positive as _positive
 from embodied_ros.backbone.checks import require as _require
 from embodied_ros.backbone.gemma import GemmaConfig
 from embodied_ros.backbone.siglip import VisionConfig
@@ -29,7 +27,7 @@ def camera_name(feature_key: str) -> str:
 
 
 @dataclass(frozen=True)
-class Pi05Config:
+class Pi05Config(family_kit.ActionChunkConfig):
     vision: VisionConfig
     lm: GemmaConfig
     expert: GemmaConfig
@@ -55,46 +53,21 @@ class Pi05Config:
         object.__setattr__(self, "state_names", tuple(self.state_names))
         object.__setattr__(self, "action_names", tuple(self.action_names))
         object.__setattr__(self, "relative_action_mask", tuple(bool(b) for b in self.relative_action_mask))
-        _positive("pi05", vocab_size=self.vocab_size, chunk_size=self.chunk_size,
-                  max_action_dim=self.max_action_dim, max_state_dim=self.max_state_dim,
-                  num_inference_steps=self.num_inference_steps, tokenizer_max_length=self.tokenizer_max_length)
-        _require(len(self.camera_names) > 0, "pi05 needs at least one camera")
-        _require(len(set(self.camera_names)) == len(self.camera_names),
-                 f"camera names repeat: {self.camera_names}")
-        _require(0 < len(self.action_names) <= self.max_action_dim,
-                 f"{len(self.action_names)} action names for max_action_dim {self.max_action_dim}")
-        _require(len(self.state_names) <= self.max_state_dim,
-                 f"{len(self.state_names)} state names for max_state_dim {self.max_state_dim}")
+        self.check_chunk_settings("pi05")
         lm, expert = self.lm, self.expert
         _require(expert.depth <= lm.depth,
                  f"expert layer i reads LM layer i's cache: expert depth {expert.depth} > LM depth {lm.depth}")
         _require((expert.num_kv_heads, expert.head_dim) == (lm.num_kv_heads, lm.head_dim),
                  f"expert kv heads x head_dim {expert.num_kv_heads}x{expert.head_dim} must equal the LM's "
                  f"{lm.num_kv_heads}x{lm.head_dim} (the expert attends to the LM's cache)")
-        _require(self.action_period_s > 0, f"action_period_s must be positive, got {self.action_period_s}")
-        _require(0 < self.time_min_period < self.time_max_period,
-                 f"time periods must satisfy 0 < min < max, got {self.time_min_period}, {self.time_max_period}")
-        _require(expert.width % 2 == 0, f"expert width must be even (sin/cos time embedding), got {expert.width}")
         if self.relative_action_mask:
             _require(len(self.relative_action_mask) == self.action_dim <= self.state_dim,
                      f"relative actions need one flag per action ({self.action_dim}) and a state at least as long, "
                      f"got {len(self.relative_action_mask)} flags and {self.state_dim} state values")
 
     @property
-    def action_dim(self) -> int:
-        return len(self.action_names)
-
-    @property
-    def state_dim(self) -> int:
-        return len(self.state_names)
-
-    @property
     def max_prefix_len(self) -> int:
         return len(self.camera_names) * self.vision.tokens_per_camera + self.tokenizer_max_length
-
-    @property
-    def embed_scale(self) -> float:
-        return math.sqrt(self.lm.width)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested values (JSON-safe) that `from_dict` reads back."""
@@ -102,7 +75,8 @@ class Pi05Config:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "Pi05Config":
-        return family_kit.config_from_plain(cls, values, "pi05", {"vision": VisionConfig, "lm": GemmaConfig, "expert": GemmaConfig})
+        return family_kit.config_from_plain(cls, values, "pi05",
+                                            {"vision": VisionConfig, "lm": GemmaConfig, "expert": GemmaConfig})
 
     def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(model config, solver settings, robot metadata) as a bundle stores them."""

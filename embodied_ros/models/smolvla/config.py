@@ -44,7 +44,7 @@ def expert_mlp_dim(width: int) -> int:
 
 
 @dataclass(frozen=True)
-class SmolVLAConfig:
+class SmolVLAConfig(family_kit.ActionChunkConfig):
     vision: SmolVLMVisionConfig
     lm: LlamaConfig  # the kept VLM text layers only
     expert: LlamaConfig
@@ -67,38 +67,13 @@ class SmolVLAConfig:
     def __post_init__(self) -> None:
         for key in ("camera_names", "state_names", "action_names"):
             object.__setattr__(self, key, tuple(getattr(self, key)))
-        for key in ("vocab_size", "chunk_size", "max_action_dim", "max_state_dim", "num_inference_steps",
-                    "tokenizer_max_length"):
-            value = getattr(self, key)
-            _require(isinstance(value, int) and value > 0, f"smolvla.{key} must be a positive integer, got {value!r}")
-        _require(len(self.camera_names) > 0, "smolvla needs at least one camera")
-        _require(len(set(self.camera_names)) == len(self.camera_names), f"camera names repeat: {self.camera_names}")
+        self.check_chunk_settings("smolvla")
         _require(self.empty_cameras >= 0, f"empty_cameras must be >= 0, got {self.empty_cameras}")
-        _require(0 < len(self.action_names) <= self.max_action_dim,
-                 f"{len(self.action_names)} action names for max_action_dim {self.max_action_dim}")
-        _require(len(self.state_names) <= self.max_state_dim,
-                 f"{len(self.state_names)} state names for max_state_dim {self.max_state_dim}")
         lm, expert = self.lm, self.expert
         _require((expert.num_heads, expert.num_kv_heads, expert.head_dim) == (lm.num_heads, lm.num_kv_heads,
                                                                               lm.head_dim),
                  "the expert uses the VLM's heads, kv heads and head_dim (it reads the VLM's cache)")
         layer_plan(lm.depth, expert.depth, self.self_attn_every_n_layers)  # raises for a pairing that cannot be
-        _require(expert.width % 2 == 0, f"expert width must be even (sin/cos time embedding), got {expert.width}")
-        _require(self.action_period_s > 0, f"action_period_s must be positive, got {self.action_period_s}")
-        _require(0 < self.time_min_period < self.time_max_period,
-                 f"time periods must satisfy 0 < min < max, got {self.time_min_period}, {self.time_max_period}")
-
-    @property
-    def action_dim(self) -> int:
-        return len(self.action_names)
-
-    @property
-    def state_dim(self) -> int:
-        return len(self.state_names)
-
-    @property
-    def embed_scale(self) -> float:
-        return math.sqrt(self.lm.width)
 
     @property
     def layer_plan(self) -> list[tuple[str, int]]:
@@ -110,7 +85,8 @@ class SmolVLAConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "SmolVLAConfig":
-        return family_kit.config_from_plain(cls, values, "smolvla", {"vision": SmolVLMVisionConfig, "lm": LlamaConfig, "expert": LlamaConfig})
+        return family_kit.config_from_plain(cls, values, "smolvla",
+                                            {"vision": SmolVLMVisionConfig, "lm": LlamaConfig, "expert": LlamaConfig})
 
     def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(model config, solver settings, robot metadata) as a bundle stores them."""
