@@ -462,14 +462,25 @@ def lerobot_stats(source: Path, raw: Mapping[str, Any], default_mode: str,
     return stats
 
 
-def set_policy_sections(writer, config) -> None:
-    """The config's (model config, solver settings, robot metadata) into a BundleWriter."""
-    from embodied_ros.bundle import RobotMetadata
+def write_policy_bundle(architecture: str, checkpoint, quant_plan, group_of: Callable[[str], str], output: Path,
+                        reference: Path | None, progress: bool, parity, tokenizer_kind: str = "sentencepiece") -> None:
+    """A read LeRobot checkpoint (config, weights, stats, tokenizer, source) as a bundle stored by
+    `quant_plan` (a QuantPlan or its text), checked against `reference` as `write_checked` does."""
+    from embodied_ros.bundle import BundleWriter, QuantPlan, RobotMetadata
 
-    model, solver, robot = config.bundle_sections()
+    plan = quant_plan if isinstance(quant_plan, QuantPlan) else QuantPlan.parse(quant_plan)
+    writer = BundleWriter(architecture, plan, group_of=group_of)
+    model, solver, robot = checkpoint.config.bundle_sections()
     writer.set_config(model)
     writer.set_solver(solver)
     writer.set_robot(RobotMetadata(**robot))
+    writer.set_source(checkpoint.source)
+    writer.add_weights(checkpoint.weights)
+    if checkpoint.stats:
+        writer.set_stats(checkpoint.stats)
+    if checkpoint.tokenizer is not None:
+        writer.set_tokenizer(checkpoint.tokenizer, kind=tokenizer_kind)
+    write_checked(writer, Path(output), reference, progress, parity)
 
 
 def write_checked(writer, output: Path, reference: Path | None, progress: bool, parity) -> None:

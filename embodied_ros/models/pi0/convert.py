@@ -66,17 +66,8 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
     """Write the bundle of the checkpoint in `source` to `output` (arguments as pi0.5's convert);
     a `reference` folder of recorded cases becomes the bundle's reference record, which the written
     bundle must reproduce."""
-    from embodied_ros.bundle import BundleWriter, QuantPlan
     from embodied_ros.models.pi0 import parity
 
     checkpoint = read_checkpoint(source, overrides, reference)
-    plan = quant_plan if isinstance(quant_plan, QuantPlan) else QuantPlan.parse(quant_plan)
-    writer = BundleWriter(ARCHITECTURE, plan, group_of=tensor_group)
-    family_kit.set_policy_sections(writer, checkpoint.config)
-    writer.set_source(checkpoint.source)
-    writer.add_weights(checkpoint.weights)
-    if checkpoint.stats:
-        writer.set_stats(checkpoint.stats)
-    if checkpoint.tokenizer is not None:
-        writer.set_tokenizer(checkpoint.tokenizer)
-    family_kit.write_checked(writer, Path(output), reference, progress, parity)
+    family_kit.write_policy_bundle(ARCHITECTURE, checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
+                                   parity)

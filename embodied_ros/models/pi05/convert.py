@@ -80,20 +80,11 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
     format, see models/pi05/parity.py): they become the bundle's reference record, with the
     tolerance of the weakest stored type, and the written bundle must reproduce them.
     """
-    from embodied_ros.bundle import BundleWriter, QuantPlan
     from embodied_ros.models.pi05 import parity
 
     checkpoint = read_checkpoint(source, overrides, reference)
-    plan = quant_plan if isinstance(quant_plan, QuantPlan) else QuantPlan.parse(quant_plan)
-    writer = BundleWriter("pi05", plan, group_of=tensor_group)
-    family_kit.set_policy_sections(writer, checkpoint.config)
-    writer.set_source(checkpoint.source)
-    writer.add_weights(checkpoint.weights)
-    if checkpoint.stats:
-        writer.set_stats(checkpoint.stats)
-    if checkpoint.tokenizer is not None:
-        writer.set_tokenizer(checkpoint.tokenizer)
-    family_kit.write_checked(writer, Path(output), reference, progress, parity)
+    family_kit.write_policy_bundle("pi05", checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
+                                   parity)
 
 
 # ---- LeRobot layout ------------------------------------------------------------------------

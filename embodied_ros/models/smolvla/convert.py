@@ -88,20 +88,11 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
             progress: bool = False, overrides: Mapping[str, Any] | None = None) -> None:
     """Write the bundle of the checkpoint in `source` to `output` (see models/pi05/convert.py for
     `quant_plan` and `reference`; groups here: vision, lm, expert, embedding, heads)."""
-    from embodied_ros.bundle import BundleWriter, QuantPlan
     from embodied_ros.models.smolvla import parity
 
     checkpoint = read_checkpoint(source, overrides, reference)
-    plan = quant_plan if isinstance(quant_plan, QuantPlan) else QuantPlan.parse(quant_plan)
-    writer = BundleWriter("smolvla", plan, group_of=tensor_group)
-    family_kit.set_policy_sections(writer, checkpoint.config)
-    writer.set_source(checkpoint.source)
-    writer.add_weights(checkpoint.weights)
-    if checkpoint.stats:
-        writer.set_stats(checkpoint.stats)
-    if checkpoint.tokenizer is not None:
-        writer.set_tokenizer(checkpoint.tokenizer, kind="huggingface-json")
-    family_kit.write_checked(writer, Path(output), reference, progress, parity)
+    family_kit.write_policy_bundle("smolvla", checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
+                                   parity, tokenizer_kind="huggingface-json")
 
 
 # ---- LeRobot layout ------------------------------------------------------------------------
