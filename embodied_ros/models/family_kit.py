@@ -36,7 +36,7 @@ PIPELINE_CASES = "cases.json"
 ROBOT_KEYS = ("state_names", "action_names", "action_period_s")  # a config's robot metadata section
 
 
-# ---- config <-> bundle sections ------------------------------------------------------------
+# ---- configs and their bundle sections ------------------------------------------------------
 
 class ActionChunkConfig:
     """What a flow-matching VLA's config dataclass derives from its fields: state and action sizes,
