@@ -1,13 +1,14 @@
 """The controller's command stream while inference runs, for every shipped config, in the default
 (composed) layout, with the controller in its own process and in the graph's, side by side.
 
-    python benchmarks/bench_command_timing.py [--duration 30] [--configs pi05_tiny,pi05_small,lingbot_va]
+    python benchmarks/bench_command_timing.py [--duration 30] [--configs pi05_tiny,pi05_small,lingbot_va,pi0_tiny,smolvla_tiny]
                                               [--placements own,shared] [--repeats 5]
                                               [--workdir /tmp/bench_command_timing] [--no-write]
 
 Configs: pi05_tiny (config/pi05.yaml, its bundle bundles/pi05_tiny.gguf), pi05_small (config/pi05.yaml
 with the test/data/pi05_small record converted to a bundle, with the tiny checkpoint's tokenizer),
-lingbot_va (config/lingbot_va.yaml, bundles/lingbot_va_small.gguf). Placements: own
+lingbot_va (config/lingbot_va.yaml, bundles/lingbot_va_small.gguf), pi0_tiny (config/pi0.yaml),
+smolvla_tiny (config/smolvla.yaml), each on its shipped bundle. Placements: own
 (controller.own_process true, the default) and shared (false: the controller in the graph's
 process, as before). For each config, every placement runs `embodied-ros up --composed` for
 --duration seconds (each in a fresh process and ROS domain), one after the other, so they see the
@@ -36,6 +37,8 @@ CONFIGS = {
     "pi05_tiny": ("config/pi05.yaml", None),
     "pi05_small": ("config/pi05.yaml", "pi05_small"),
     "lingbot_va": ("config/lingbot_va.yaml", None),
+    "pi0_tiny": ("config/pi0.yaml", None),
+    "smolvla_tiny": ("config/smolvla.yaml", None),
 }
 PLACEMENTS = {"own": True, "shared": False}
 SMALL_RECORD = common.REPO_ROOT / "test" / "data" / "pi05_small"
