@@ -33,13 +33,13 @@ from embodied_ros.sim.metaworld import MetaWorldTask  # noqa: E402
 from embodied_ros.sim.metaworld_eval import FRAMES_KEPT, episode_record, success_rate  # noqa: E402
 
 
-def run_task(checkpoint: Path, task: str, seeds: list[int], max_steps: int) -> list[dict]:
+def run_task(checkpoint: Path, task: str, seeds: list[int], max_steps: int, threads: int) -> list[dict]:
     import torch
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import metaworld_policy as mwp
     from lerobot.policies.utils import prepare_observation_for_inference
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     policy, pre, post, _ = mwp.load(checkpoint)
     cfg = policy.config
     env = MetaWorldTask(task)
@@ -81,11 +81,12 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--out", type=Path, default=Path("metaworld_eval_torch"))
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--task-json", help=argparse.SUPPRESS)  # one task in this process
     args = p.parse_args()
     seeds = list(range(args.seed, args.seed + args.episodes))
     if args.task_json:
-        records = run_task(args.checkpoint, args.tasks[0], seeds, args.max_steps)
+        records = run_task(args.checkpoint, args.tasks[0], seeds, args.max_steps, args.threads)
         for r in records:
             r["frames"] = {str(k): np.asarray(v).tolist() for k, v in r["frames"].items()}
         Path(args.task_json).write_text(json.dumps(records))
@@ -95,7 +96,8 @@ def main() -> int:
         for task in args.tasks:  # one env per process
             result = Path(scratch) / f"{task}.json"
             command = [sys.executable, __file__, str(args.checkpoint), "--tasks", task, "--episodes", str(args.episodes),
-                       "--seed", str(args.seed), "--max-steps", str(args.max_steps), "--task-json", str(result)]
+                       "--seed", str(args.seed), "--max-steps", str(args.max_steps), "--threads", str(args.threads),
+                       "--task-json", str(result)]
             if subprocess.run(command).returncode != 0:
                 print(f"{task}: failed", file=sys.stderr)
                 return 1
