@@ -1,8 +1,9 @@
 """`embodied-ros eval metaworld [--bundle B] [--tasks T ...] [--episodes N] [--seed S] [--out DIR]`.
 
 Runs episodes of Meta-World tasks through the lock-step node graph (config/metaworld.yaml unless
---config), one process per task, seeds S .. S+N-1 for every task; writes DIR/index.html (success
-table, returns, actions, frames) and DIR/records.json; prints each task's success, then last
+--config), one process per task, in parallel, each in its own DDS domain (ROS_DOMAIN_ID, +1, ...);
+seeds S .. S+N-1 for every task; writes DIR/index.html (success table, returns, actions, frames) and
+DIR/records.json; prints each task's success, then last
 `success_rate=<v>` over all episodes. With --reference DIR2 (records.json of the PyTorch reference run,
 tools/metaworld_eval_torch.py) it also prints the largest first-chunk action difference.
 """
@@ -64,17 +65,21 @@ def run(args) -> int:
         overrides["bundle"] = str(Path(args.bundle).resolve())
     seeds = [str(args.seed + e) for e in range(args.episodes)]
     records = []
+    base_domain = int(os.environ.get("ROS_DOMAIN_ID") or 0)
     with tempfile.TemporaryDirectory() as scratch:
-        for index, task in enumerate(args.tasks):
+        runs = []
+        for index, task in enumerate(args.tasks):  # the tasks in parallel, each in its own DDS domain
             result = Path(scratch) / f"{task}.json"
             command = [sys.executable, "-m", "embodied_ros.sim.metaworld_eval", "--config", config,
                        "--overrides", json.dumps(overrides), "--task", task, "--seeds", *seeds,
-                       "--max-steps", str(args.max_steps), "--json", str(result)]
-            if os.environ.get("ROS_DOMAIN_ID"):
-                command += ["--domain-id", os.environ["ROS_DOMAIN_ID"]]
-            if subprocess.run(command).returncode != 0 or not result.is_file():
-                print(f"eval metaworld: the episodes of {task} failed (see above)", file=sys.stderr)
-                return 1
+                       "--max-steps", str(args.max_steps), "--json", str(result),
+                       "--domain-id", str((base_domain + index) % 232)]
+            runs.append((task, result, subprocess.Popen(command)))
+        failed = [task for task, result, process in runs if process.wait() != 0 or not result.is_file()]
+        if failed:
+            print(f"eval metaworld: the episodes of {', '.join(failed)} failed (see above)", file=sys.stderr)
+            return 1
+        for task, result, _ in runs:
             mine = json.loads(result.read_text())
             records += mine
             print(f"{task}: {sum(r['success'] for r in mine)}/{len(mine)} successes", flush=True)
