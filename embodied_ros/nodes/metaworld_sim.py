@@ -64,8 +64,10 @@ class MetaWorldSim(Node):
             self.create_timer(1.0 / rate_hz, self.step)
         self.create_timer(1.0, self._publish_diagnostics)
 
-    def step(self) -> StepResult:
+    def step(self) -> StepResult | None:
         """Advance the env one step with the current action and publish what it sees."""
+        if not self.context.ok():  # shutting down: a timer may still fire once
+            return None
         result = self.sim.step(self.action)
         self.steps += 1
         self.episode_return += result.reward
@@ -119,12 +121,16 @@ class MetaWorldSim(Node):
                                 hardware_id="metaworld", values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
 
     def _publish_diagnostics(self) -> None:
+        if not self.context.ok():
+            return
         msg = DiagnosticArray(status=[self.diagnostic_status()])
         msg.header.stamp = ns_to_time(self.get_clock().now().nanoseconds)
         self.diagnostics_publisher.publish(msg)
 
     def destroy_node(self) -> None:
-        self.sim.close()
+        if getattr(self, "sim", None) is not None:  # None when the constructor failed
+            self.sim.close()
+            self.sim = None
         super().destroy_node()
 
 
@@ -132,6 +138,7 @@ def main(args=None) -> None:
     import sys
 
     import rclpy
+    from rclpy._rclpy_pybind11 import RCLError
     from rclpy.executors import ExternalShutdownException
     rclpy.init(args=args)
     try:
@@ -144,6 +151,9 @@ def main(args=None) -> None:
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except RCLError:  # a step that was publishing when a signal shut the context down
+        if rclpy.ok():
+            raise
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
