@@ -30,10 +30,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from embodied_ros.graph.noise import stage_noise  # noqa: E402
 from embodied_ros.sim.metaworld import MetaWorldTask  # noqa: E402
-from embodied_ros.sim.metaworld_eval import FRAMES_KEPT, episode_record, success_rate  # noqa: E402
+from embodied_ros.sim.metaworld_eval import FRAMES_KEPT, episode_record, save_records, success_rate  # noqa: E402
 
 
-def run_task(checkpoint: Path, task: str, seeds: list[int], max_steps: int, threads: int) -> list[dict]:
+def run_task(checkpoint: Path, task: str, seeds: list[int], max_steps: int, threads: int, json_path: str) -> list[dict]:
     import torch
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import metaworld_policy as mwp
@@ -69,6 +69,7 @@ def run_task(checkpoint: Path, task: str, seeds: list[int], max_steps: int, thre
         records.append(episode_record(task, seed, step.success, len(actions), rewards, actions, first_chunk, frames))
         print(f"{task} seed {seed}: {'success' if step.success else 'failure'} after {len(actions)} steps "
               f"({time.monotonic() - started:.1f} s)", flush=True)
+        save_records(records, json_path)
     env.close()
     return records
 
@@ -86,10 +87,7 @@ def main() -> int:
     args = p.parse_args()
     seeds = list(range(args.seed, args.seed + args.episodes))
     if args.task_json:
-        records = run_task(args.checkpoint, args.tasks[0], seeds, args.max_steps, args.threads)
-        for r in records:
-            r["frames"] = {str(k): np.asarray(v).tolist() for k, v in r["frames"].items()}
-        Path(args.task_json).write_text(json.dumps(records))
+        run_task(args.checkpoint, args.tasks[0], seeds, args.max_steps, args.threads, args.task_json)
         return 0
     records = []
     with tempfile.TemporaryDirectory() as scratch:

@@ -33,8 +33,9 @@ def episode_record(task: str, seed: int, success: bool, steps: int, returns: lis
 
 
 def run_task(config, task: str, seeds: list[int], max_steps: int = DEFAULT_MAX_STEPS, domain_id: int | None = None,
-             log=print) -> list[dict]:
-    """The episodes of `task` with these seeds through the graph of `config` (its bundle loaded once)."""
+             log=print, on_episode=None) -> list[dict]:
+    """The episodes of `task` with these seeds through the graph of `config` (its bundle loaded once);
+    `on_episode(records)` after each episode."""
     from embodied_ros.graph.lockstep import LockstepGraph
     from embodied_ros.nodes.runtime_cache import acquire_runtime
 
@@ -73,6 +74,8 @@ def run_task(config, task: str, seeds: list[int], max_steps: int = DEFAULT_MAX_S
                                           frames))
             log(f"{task} seed {seed}: {'success' if step.success else 'failure'} after {len(actions)} steps "
                 f"({time.monotonic() - started:.1f} s)")
+            if on_episode is not None:
+                on_episode(records)
     finally:
         env.close()
     return records
@@ -156,15 +159,19 @@ def _task_main() -> int:
     args = parser.parse_args()
     try:
         config = load_config(args.config, json.loads(args.overrides))
-        records = run_task(config, args.task, args.seeds, args.max_steps, args.domain_id,
-                           log=lambda line: print(line, flush=True))
+        run_task(config, args.task, args.seeds, args.max_steps, args.domain_id,
+                 log=lambda line: print(line, flush=True), on_episode=lambda records: save_records(records, args.json))
     except (ValueError, RuntimeError, OSError, TimeoutError) as error:
         print(f"eval metaworld: {args.task}: {error}", file=sys.stderr)
         return 1
-    for r in records:
-        r["frames"] = {str(k): np.asarray(v).tolist() for k, v in r["frames"].items()}
-    Path(args.json).write_text(json.dumps(records))
     return 0
+
+
+def save_records(records: list[dict], path: str) -> None:
+    """The episodes so far as JSON (frames as lists), replaced whole so a reader never sees half."""
+    rows = [{**r, "frames": {str(k): np.asarray(v).tolist() for k, v in r["frames"].items()}} for r in records]
+    Path(path + ".part").write_text(json.dumps(rows))
+    Path(path + ".part").replace(path)
 
 
 if __name__ == "__main__":
