@@ -15,7 +15,7 @@ BUILD="$ROOT/build/venv"
 STAMPS="$VENV/.embodied_ros"
 PYTHON="${PYTHON:-python3}"
 STEP=0
-STEPS=6
+STEPS=7
 T0=$(date +%s)
 
 step() { STEP=$((STEP + 1)); printf '[setup %d/%d] %s\n' "$STEP" "$STEPS" "$*"; }
@@ -53,7 +53,7 @@ fi
 export PATH="$VENV/bin:$PATH"
 
 step "pinned dependencies (requirements/)"
-REQ_DIGEST="$(digest "$ROOT"/requirements/*.txt)"
+REQ_DIGEST="$(digest "$ROOT"/requirements/{dev,lock,python,ros-wheels}.txt)"
 if fresh requirements "$REQ_DIGEST"; then
   echo "  up to date"
 else
@@ -68,6 +68,29 @@ else
     fail "installing the dependencies failed (full log: build/pip.log)"
   fi
   mark requirements "$REQ_DIGEST"
+fi
+
+step "the Meta-World simulator (requirements/sim.txt; OSMesa and libGL for offscreen rendering)"
+if ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q libOSMesa; then
+  mkdir -p "$ROOT/build"
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    { apt-get install -y -q --no-install-recommends libosmesa6 libgl1 || { apt-get update -q \
+        && apt-get install -y -q --no-install-recommends libosmesa6 libgl1; }; } > "$ROOT/build/apt.log" 2>&1 \
+      && echo "  installed libosmesa6 libgl1 (apt-get)" \
+      || echo "  note: apt-get could not install libosmesa6 libgl1 (build/apt.log): Meta-World cannot render here"
+  else
+    echo "  note: Meta-World renders through OSMesa: as root, apt-get install libosmesa6 libgl1"
+  fi
+fi
+SIM_DIGEST="$(digest "$ROOT/requirements/sim.txt" "$ROOT/requirements/lock.txt")"
+if fresh simulator "$SIM_DIGEST"; then
+  echo "  up to date"
+elif "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q \
+    -r "$ROOT/requirements/sim.txt" -c "$ROOT/requirements/lock.txt" > "$ROOT/build/pip-sim.log" 2>&1; then
+  mark simulator "$SIM_DIGEST"
+  echo "  installed ($(grep -E '^(mujoco|metaworld)==' "$ROOT/requirements/sim.txt" | paste -sd ' ' -))"
+else
+  echo "  note: the simulator could not be installed (build/pip-sim.log): embodied-ros eval metaworld will not run"
 fi
 
 step "compiling the messages (msg/ -> embodied_ros.msg)"

@@ -20,7 +20,8 @@ from embodied_ros.pipeline.noise import stage_noise
 ROOT = Path(__file__).resolve().parents[1]
 FIXED_SCRIPTS = {"embodied-ros": "embodied_ros.cli.main:main",
                  "embodied-ros-container": "embodied_ros.graph.container:main",
-                 "embodied-ros-synthetic-robot": "embodied_ros.nodes.synthetic:main"}  # not a graph node
+                 "embodied-ros-synthetic-robot": "embodied_ros.nodes.synthetic:main",  # robots, not graph nodes
+                 "embodied-ros-metaworld-sim": "embodied_ros.nodes.metaworld_sim:main"}
 
 
 def test_setup_cfg_console_scripts_are_the_node_tables_plus_the_cli_and_container():
