@@ -135,12 +135,21 @@ class MetaWorldSim(Node):
 
 
 def main(args=None) -> None:
+    import argparse
     import sys
 
     import rclpy
     from rclpy._rclpy_pybind11 import RCLError
     from rclpy.executors import ExternalShutdownException
-    rclpy.init(args=args)
+    from rclpy.utilities import remove_ros_args
+
+    argv = sys.argv if args is None else args
+    parser = argparse.ArgumentParser(
+        prog="embodied-ros-metaworld-sim", description=__doc__.splitlines()[0],
+        epilog="Settings are ROS parameters: --ros-args -p task:=reach-v3 -p seed:=0 -p max_steps:=N "
+               "-p lockstep:=true|false -p rate_hz:=10.0")
+    parser.parse_args(remove_ros_args(argv)[1:])  # --help, or refuse what is not a ROS argument
+    rclpy.init(args=argv)
     try:
         node = MetaWorldSim()
     except (RuntimeError, ValueError) as error:
