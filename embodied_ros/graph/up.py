@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 import rclpy
-from rclpy.signals import SignalHandlerOptions
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
@@ -60,9 +59,7 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
     # with separate processes this process talks to the nodes over their transports
     with using_dds_environment() if config.layout == "separate" else contextlib.nullcontext():
         context = Context()
-        # no rclpy signal handlers: theirs shut the context down from their own thread at Ctrl-C, racing
-        # the teardown below (a composed graph's nodes then die mid-transition and the process aborts)
-        rclpy.init(context=context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
+        rclpy.init(context=context, domain_id=domain_id)
         node_kwargs = dict(context=context, namespace=namespace)
         monitor = GraphMonitor(config.controller.rate_hz, config.controller.output, config.controller.dry_run,
                                **node_kwargs)
