@@ -21,8 +21,6 @@ is asked in name order; the first that recognizes the folder runs it.
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import sys
 from pathlib import Path
 
@@ -40,15 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def families() -> list:
-    """Every model family module that provides the two parity hooks, in name order."""
-    import embodied_ros.models as models
+    """Every model family package that provides the two parity hooks, in name order (plain modules
+    under embodied_ros/models/, shared by the families, are not families)."""
+    from embodied_ros.bundle.families import family, known_families
 
-    found = []
-    for info in sorted(pkgutil.iter_modules(models.__path__), key=lambda info: info.name):
-        module = importlib.import_module(f"embodied_ros.models.{info.name}")
-        if hasattr(module, "recognizes_fixture") and hasattr(module, "run_fixture_parity"):
-            found.append(module)
-    return found
+    modules = [family(name) for name in known_families()]
+    return [module for module in modules if hasattr(module, "recognizes_fixture") and hasattr(module, "run_fixture_parity")]
 
 
 def run(args) -> int:

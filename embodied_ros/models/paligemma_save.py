@@ -10,15 +10,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from embodied_ros.backbone import gemma, siglip
+from embodied_ros.backbone.gemma import GemmaConfig
+from embodied_ros.backbone.siglip import VisionConfig
 from embodied_ros.bundle.source import Stacked
 from embodied_ros.models import family_kit
-from embodied_ros.models.pi05.config import (DEFAULT_ACTION_PERIOD_S, GemmaConfig, Pi05Config, VisionConfig,
-                                             camera_name)
+
+if TYPE_CHECKING:  # the config module is imported where it is used: importing the pi05 package from here
+    from embodied_ros.models.pi05.config import Pi05Config  # would run its __init__, which imports this module
 
 TOKENIZER_FILE = "tokenizer.model"
 
@@ -223,6 +226,8 @@ def _gemma_from_weights(weights, stack: str, variant_name: str, hints) -> GemmaC
 
 
 def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray], hints) -> Pi05Config:
+    from embodied_ros.models.pi05.config import DEFAULT_ACTION_PERIOD_S, Pi05Config, camera_name
+
     patch_features = weights["vision.patch.weight"].shape[1]
     patch = int(round((patch_features / 3) ** 0.5))
     tokens = weights["vision.position"].shape[0]
