@@ -187,8 +187,6 @@ def write_random_bundle(config, path: Path, quant: str) -> None:
 
 
 def part_full(args) -> tuple[str, str]:
-    import statistics
-
     import numpy as np
 
     from embodied_ros.bundle import open_bundle
