@@ -30,8 +30,8 @@ def running_graph(runtime):
     rclpy.init(context=context, domain_id=domain)
     graph = ComposedGraph(config, context=context, runtime=runtime)
     outside = Outside(config, runtime.spec, domain)
-    graph.start()
-    try:
+    try:  # a graph that fails to start still leaves no spinning thread behind (it aborts the interpreter's exit)
+        graph.start()
         wait_for(lambda: streaming_since(outside.probe, 0), 30, "the controller to stream")
         yield graph, outside
     finally:

@@ -1,4 +1,8 @@
-"""Waiting for node processes to come up: ask each node's lifecycle state until it is `active`."""
+"""Waiting for node processes to come up: ask each node's lifecycle state until it is `active`.
+
+A request whose answer does not come within RESEND_S is asked again: a node that answers before it
+has discovered the asker's reply reader drops the answer ("failed to send response"), and waiting
+on that request would wait out the whole timeout."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from typing import Callable, Sequence
 from lifecycle_msgs.srv import GetState
 from rclpy.node import Node
 
+RESEND_S = 1.0
+
 
 def wait_until_active(node: Node, names: Sequence[str], namespace: str, timeout_s: float,
                       pump: Callable[[], None]) -> None:
@@ -16,17 +22,20 @@ def wait_until_active(node: Node, names: Sequence[str], namespace: str, timeout_
     prefix = "/" + namespace.strip("/") if namespace.strip("/") else ""
     clients = {name: node.create_client(GetState, f"{prefix}/{name}/get_state") for name in names}
     states = {name: "unknown" for name in names}
-    pending: dict[str, object] = {}
+    pending: dict[str, tuple[object, float]] = {}  # name -> (future, when asked)
     deadline = time.monotonic() + timeout_s
     try:
         while any(state != "active" for state in states.values()):
             for name, client in clients.items():
-                future = pending.get(name)
+                future, asked = pending.get(name, (None, 0.0))
                 if future is not None and future.done():
                     states[name] = future.result().current_state.label if future.result() else states[name]
                     pending.pop(name)
+                elif future is not None and time.monotonic() - asked > RESEND_S:
+                    client.remove_pending_request(future)
+                    pending.pop(name)
                 if states[name] != "active" and name not in pending and client.service_is_ready():
-                    pending[name] = client.call_async(GetState.Request())
+                    pending[name] = (client.call_async(GetState.Request()), time.monotonic())
             if time.monotonic() > deadline:
                 waiting = {name: state for name, state in states.items() if state != "active"}
                 raise TimeoutError(f"nodes not active after {timeout_s:.0f} s: {waiting}")

@@ -224,13 +224,13 @@ class ControllerNode(GraphNode):
 
     def _note_hold(self, reason: str) -> None:
         """The state of this tick: holding for `reason`, or streaming ("")."""
-        self.state_log.update(f"holding: {reason}" if reason else "streaming the action chunk",
-                              "warning" if reason and reason != WAITING_FOR_FIRST_CHUNK else "info")
         new_state = self.hold_reason is None or reason_kind(reason) != reason_kind(self.hold_reason)
         self.hold_reason = reason
         if new_state:  # not a mere new age in the same reason
             self.holds += int(bool(reason))
             self.publish_diagnostics()  # a change of state is reported at once, not at the next period
+        self.state_log.update(f"holding: {reason}" if reason else "streaming the action chunk",
+                              "warning" if reason and reason != WAITING_FOR_FIRST_CHUNK else "info")
 
     # diagnostics --------------------------------------------------------------------------------
 

@@ -201,11 +201,11 @@ class ObservationNode(GraphNode):
 
     def _refuse(self, reason: str, step: int, now_ns: int) -> None:
         self.stats.record_skip(reason, DiagnosticStatus.ERROR)
+        self._publish_status(reason, step, now_ns)  # before the log line, which can take tens of ms
         if self.sequence:
             self.state_log.update(f"inputs refused: {reason}", "warning")
         else:  # start-up: nothing has come yet, or not everything
             self.state_log.update(f"waiting for inputs: {reason}", "info")
-        self._publish_status(reason, step, now_ns)
         self.drive.skipped(self, step, now_ns)
 
     def publish_skip_marker(self, step: int, now_ns: int) -> None:
