@@ -20,7 +20,7 @@ class FakeRuntime:
             architecture="fake", camera_names=tuple(cameras), image_size=image_size,
             state_names=("j0", "j1", "j2"), action_names=("j0", "j1", "j2"), chunk_size=10,
             action_period_s=0.02, noise_shape=(10, 3), world_noise_shape=(2, 3) if has_world_model else None,
-            has_world_model=has_world_model,
+            has_world_model=has_world_model, noise_seed=23,  # a bundle seed no graph config has by default
         )
         self.calls: list[tuple[str, int]] = []
         self._lock = threading.Lock()

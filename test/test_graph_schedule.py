@@ -5,6 +5,7 @@ import pytest
 
 from embodied_ros.node_infra.config import GraphConfig, from_flat, load_config, to_parameters
 from embodied_ros.node_infra.schedule import SKIPPED, LockstepGate, StepClock, runs_on, source_step
+from fake_runtime import FakeRuntime
 
 
 def test_step_clock_maps_steps_to_stamps_and_back():
@@ -72,6 +73,14 @@ def test_config_errors_name_the_key_and_value(tmp_path):
         from_flat({"rtc.delay": "guess"})
     with pytest.raises(ValueError, match=r"controller.trajectory_points must be >= 1, got 0"):
         from_flat({"controller.trajectory_points": 0})
+    with pytest.raises(ValueError, match=r"stages.noise_seed must be >= 0, or -1 for the bundle's, got -2"):
+        from_flat({"stages.noise_seed": -2})
+
+
+def test_one_noise_seed_the_bundle_s_unless_the_graph_sets_one():
+    spec = FakeRuntime().spec
+    assert from_flat({}).stages.seed_for(spec) == spec.noise_seed == 23
+    assert from_flat({"stages.noise_seed": 4}).stages.seed_for(spec) == 4
 
 
 def test_config_file_resolves_the_bundle_next_to_it(tmp_path):

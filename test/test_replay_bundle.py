@@ -63,7 +63,7 @@ def test_lockstep_chunks_equal_direct_infer_with_the_default_bundle(config, runt
     assert len(result.record.chunks) == len(steps) >= 7
     for k, (step, (_, chunk)) in enumerate(zip(steps, result.record.chunks)):
         observation = observation_at(episode, step, selector, start_ns + k * period_ns)
-        direct = infer(runtime, observation, stage_noise(config.stages.noise_seed, "action", k, runtime.spec.noise_shape))
+        direct = infer(runtime, observation, stage_noise(config.stages.seed_for(runtime.spec), "action", k, runtime.spec.noise_shape))
         np.testing.assert_allclose(chunk.actions, direct.actions, rtol=0, atol=1e-6)
         assert chunk.joint_names == runtime.spec.action_names
     metrics = json.loads(result.metrics_path.read_text())

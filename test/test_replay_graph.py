@@ -67,7 +67,7 @@ def test_lockstep_actions_equal_direct_runtime_calls_and_the_input_bag_is_untouc
     assert len(result.record.chunks) == len(steps) == 10
     for k, (step, (produced_ns, chunk)) in enumerate(zip(steps, result.record.chunks)):
         observation = observation_at(episode, step, selector, start_ns + k * period_ns)
-        noise = stage_noise(CONFIG.stages.noise_seed, "action", k, runtime.spec.noise_shape)
+        noise = stage_noise(runtime.spec.noise_seed, "action", k, runtime.spec.noise_shape)  # the bundle's seed
         direct = infer(runtime, observation, noise)
         np.testing.assert_array_equal(chunk.actions, direct.actions)
         assert produced_ns == chunk.stamp_ns == step.bag_ns

@@ -136,7 +136,8 @@ def action_model_spec(config, architecture: str, real_time_chunking: bool = Fals
         architecture=architecture, camera_names=config.camera_names, image_size=(size, size),
         state_names=config.state_names, action_names=config.action_names, chunk_size=config.chunk_size,
         action_period_s=config.action_period_s, noise_shape=(config.chunk_size, config.max_action_dim),
-        world_noise_shape=None, has_world_model=False, real_time_chunking=real_time_chunking)
+        world_noise_shape=None, has_world_model=False, real_time_chunking=real_time_chunking,
+        noise_seed=config.noise_seed)
 
 
 def check_stats(config, state_stats, action_stats) -> None:

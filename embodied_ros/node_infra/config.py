@@ -81,11 +81,16 @@ class InputsConfig:
 @dataclass(frozen=True)
 class StagesConfig:
     max_input_age_s: float = _doc("a stage skips its run when the observation behind its input is older", 1.0)
-    noise_seed: int = _doc("seed of the action head's (and world predictor's) initial noise", 0)
+    noise_seed: int = _doc("seed of the action head's (and world predictor's) initial noise; -1: the bundle's "
+                           "solver.noise_seed", -1)
 
     def __post_init__(self) -> None:
         _check(self.max_input_age_s > 0, f"stages.max_input_age_s must be positive, got {self.max_input_age_s}")
-        _check(self.noise_seed >= 0, f"stages.noise_seed must be >= 0, got {self.noise_seed}")
+        _check(self.noise_seed >= -1, f"stages.noise_seed must be >= 0, or -1 for the bundle's, got {self.noise_seed}")
+
+    def seed_for(self, spec) -> int:
+        """The noise seed in force for a model `spec` (a ModelSpec): this graph's, else its bundle's."""
+        return self.noise_seed if self.noise_seed >= 0 else spec.noise_seed
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ class ActionNode(StageNode):
 
     def compute(self, step, inputs):
         noise_index = self.drive.noise_index(step, self.sequence)
-        noise = stage_noise(self.config.stages.noise_seed, "action", noise_index, self.spec.noise_shape)
+        noise = stage_noise(self.config.stages.seed_for(self.spec), "action", noise_index, self.spec.noise_shape)
         if self.continuer is None:
             return self.runtime.act(inputs["prefix"], inputs.get("world"), noise)
         continuation = self.continuer.continuation(inputs["prefix"].stamp_ns)

@@ -35,7 +35,7 @@ class WorldNode(StageNode):
     def compute(self, step, inputs):
         shape = self.spec.world_noise_shape
         noise_index = self.drive.noise_index(step, self.sequence)
-        noise = None if shape is None else stage_noise(self.config.stages.noise_seed, "world", noise_index, shape)
+        noise = None if shape is None else stage_noise(self.config.stages.seed_for(self.spec), "world", noise_index, shape)
         return self.runtime.predict_world(inputs["prefix"], noise)
 
     def diagnostic_status(self) -> DiagnosticStatus:

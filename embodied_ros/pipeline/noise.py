@@ -1,11 +1,11 @@
 """The initial noise of the stochastic stages, reproducible from (seed, stage, index): the one
 noise source of the graph's nodes and of every runtime.
 
-The graph's nodes index by step (in lock-step mode the schedule step, so a replay gives the same
-noise every time and a test can hand the same noise to a direct `pipeline.stages.infer` call) with
-`stages.noise_seed`; a runtime called without noise draws the same way, indexed by the
-observation's stamp, with the bundle's seed. Each stage's stream is its row's `noise_stream` in
-the node table.
+One seed: the bundle's `solver.noise_seed` (ModelSpec.noise_seed), unless a graph sets
+`stages.noise_seed` (an evaluation seeds each episode). The graph's nodes index by step (in
+lock-step mode the schedule step, so a replay gives the same noise every time and a test can hand
+the same noise to a direct `pipeline.stages.infer` call); a runtime called without noise indexes by
+the observation's stamp. Each stage's stream is its row's `noise_stream` in the node table.
 """
 
 from __future__ import annotations

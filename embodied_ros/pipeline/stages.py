@@ -43,6 +43,7 @@ class ModelSpec:
     world_noise_shape: tuple[int, ...] | None  # shape of the noise `predict_world` takes; None without a world model
     has_world_model: bool
     real_time_chunking: bool = False  # `act` takes a ChunkContinuation (flow-matching heads)
+    noise_seed: int = 0  # the bundle's solver.noise_seed: the seed of every noise draw unless a graph sets its own
 
 
 class Runtime(Protocol):

@@ -52,7 +52,7 @@ def model_spec(cfg: LingbotVAConfig) -> ModelSpec:
         architecture=ARCHITECTURE, camera_names=cfg.camera_names, image_size=cfg.image_size,
         state_names=cfg.state_names, action_names=cfg.action_names, chunk_size=cfg.chunk_size,
         action_period_s=cfg.action_period_s, noise_shape=(cfg.chunk_size, cfg.action_dim),
-        world_noise_shape=tuple(cfg.world_noise_shape), has_world_model=True)
+        world_noise_shape=tuple(cfg.world_noise_shape), has_world_model=True, noise_seed=cfg.noise_seed)
 
 
 class LingbotVARuntime:
@@ -77,7 +77,7 @@ class LingbotVARuntime:
         return self.cfg.world_noise_shape
 
     def _noise(self, stamp_ns: int, stage: str, shape: tuple[int, ...]) -> np.ndarray:
-        return stage_noise(self.cfg.noise_seed, stage, stamp_ns, shape)
+        return stage_noise(self.spec.noise_seed, stage, stamp_ns, shape)
 
     # ---- stages ------------------------------------------------------------------------------
 

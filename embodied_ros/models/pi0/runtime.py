@@ -89,7 +89,7 @@ class Pi0Runtime:
     # ---- actions ---------------------------------------------------------------------------
 
     def draw_noise(self, stamp_ns: int) -> np.ndarray:
-        return stage_noise(self.config.noise_seed, "action", stamp_ns, self.spec.noise_shape)
+        return stage_noise(self.spec.noise_seed, "action", stamp_ns, self.spec.noise_shape)
 
     def act(self, prefix: StageResult, world: StageResult | None = None,
             noise: np.ndarray | None = None) -> ActionChunkResult:
