@@ -69,7 +69,16 @@ class ComposedGraph:
         self._spinners: list[SpinThread] = []
 
     def start(self) -> None:
-        """Create, configure and activate every node; RuntimeError names the nodes that failed."""
+        """Create, configure and activate every node; RuntimeError names the nodes that failed. A
+        start cut short (Ctrl-C while the controller's process comes up) stops what it started:
+        no spinning thread is left for the interpreter's exit, which aborts on one."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         runtime = self.runtime or acquire_runtime(self.config)
         store = ResultStore(self.config.transport.keep_last)
         parameters = node_parameters(self.config)
@@ -94,7 +103,6 @@ class ComposedGraph:
             spinner.start()
         failed = bring_up(self.nodes.values())
         if failed:
-            self.stop()
             raise RuntimeError(f"graph nodes failed to start: {failed} (their log says why)")
         if self.controller_process is not None:
             self._wait_for_controller()
@@ -127,7 +135,6 @@ class ComposedGraph:
             wait_until_active(waiter, process.node_names, process.namespace, CONTROLLER_START_TIMEOUT_S,
                               lambda: _pump(executor, process))
         except (TimeoutError, ChildProcessError) as error:
-            self.stop()
             raise RuntimeError(f"the controller's process did not start: {error} (its log: "
                                f"{process.log_dir / (CONTROLLER + '.log')})") from None
         finally:
