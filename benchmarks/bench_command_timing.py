@@ -1,16 +1,18 @@
 """The controller's command stream while inference runs, for every shipped config, in the default
-(composed) layout, with the controller in its own process and in the graph's, side by side.
+(composed) layout, in variants side by side: the defaults, the stages at the graph's priority, the
+controller in the graph's process.
 
     python benchmarks/bench_command_timing.py [--duration 30] [--configs pi05_tiny,pi05_small,lingbot_va,pi0_tiny,smolvla_tiny]
-                                              [--placements own,shared] [--repeats 5]
+                                              [--variants default,stage_nice_0,shared] [--repeats 5]
                                               [--workdir /tmp/bench_command_timing] [--no-write]
 
 Configs: pi05_tiny (config/pi05.yaml, its bundle bundles/pi05_tiny.gguf), pi05_small (config/pi05.yaml
 with the test/data/pi05_small record converted to a bundle, with the tiny checkpoint's tokenizer),
 lingbot_va (config/lingbot_va.yaml, bundles/lingbot_va_small.gguf), pi0_tiny (config/pi0.yaml),
-smolvla_tiny (config/smolvla.yaml), each on its shipped bundle. Placements: own
-(controller.own_process true, the default) and shared (false: the controller in the graph's
-process, as before). For each config, every placement runs `embodied-ros up --composed` for
+smolvla_tiny (config/smolvla.yaml), each on its shipped bundle. Variants: default (the config as
+shipped: the controller in a process of its own, the stages' threads at compute.stage_nice 5),
+stage_nice_0 (the stages at the graph's priority) and shared (controller.own_process false: the
+controller in the graph's process). For each config, every variant runs `embodied-ros up --composed` for
 --duration seconds (each in a fresh process and ROS domain), one after the other, so they see the
 same machine load; then this process times each stage's call on its own (median of --repeats
 chunks, `embodied_ros.pipeline.timing`, the calls `bench_pi05.py` times) and gives each in-graph
@@ -40,7 +42,7 @@ CONFIGS = {
     "pi0_tiny": ("config/pi0.yaml", None),
     "smolvla_tiny": ("config/smolvla.yaml", None),
 }
-PLACEMENTS = {"own": True, "shared": False}
+VARIANTS = {"default": {}, "stage_nice_0": {"compute.stage_nice": "0"}, "shared": {"controller.own_process": "false"}}
 SMALL_RECORD = common.REPO_ROOT / "test" / "data" / "pi05_small"
 TOKENIZER = common.REPO_ROOT / "test" / "data" / "pi05_tiny_checkpoint" / "checkpoint" / "tokenizer.model"
 SECTION = "command_timing"
@@ -50,18 +52,17 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=30.0, help="seconds each graph runs after start-up")
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
-    parser.add_argument("--placements", default=",".join(PLACEMENTS),
-                        help=f"comma-separated, of {', '.join(PLACEMENTS)}")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--repeats", type=int, default=5, help="chunks timed per stage outside the graph")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_command_timing"))
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    args.placements = [p.strip() for p in args.placements.split(",") if p.strip()]
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not args.configs or set(args.configs) - set(CONFIGS):
         parser.error(f"--configs takes {', '.join(CONFIGS)}; got {args.configs}")
-    if not args.placements or set(args.placements) - set(PLACEMENTS):
-        parser.error(f"--placements takes {', '.join(PLACEMENTS)}; got {args.placements}")
+    if not args.variants or set(args.variants) - set(VARIANTS):
+        parser.error(f"--variants takes {', '.join(VARIANTS)}; got {args.variants}")
     if args.duration < 5 or args.repeats < 1:
         parser.error("--duration must be >= 5 s and --repeats >= 1")
     return args
@@ -77,13 +78,13 @@ def small_bundle(workdir: Path) -> Path:
     return path
 
 
-def run_graph(config_path: Path, bundle: Path | None, own_process: bool, duration_s: float, domain_id: int,
+def run_graph(config_path: Path, bundle: Path | None, overrides: dict[str, str], duration_s: float, domain_id: int,
               workdir: Path) -> dict:
     """One `embodied-ros up --composed` run; its JSON report."""
     report = Path(tempfile.mkstemp(prefix="up_", suffix=".json", dir=workdir)[1])
     command = [sys.executable, "-m", "embodied_ros.cli.main", "up", str(config_path), "--composed",
                "--duration", str(duration_s), "--summary-period", "10", "--domain-id", str(domain_id),
-               "--set", f"controller.own_process={str(own_process).lower()}", "--report-json", str(report)]
+               "--report-json", str(report), *(arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}"))]
     if bundle is not None:
         command += ["--bundle", str(bundle)]
     finished = subprocess.run(command, capture_output=True, text=True, cwd=common.REPO_ROOT)
@@ -102,9 +103,9 @@ def standalone_stages(config_path: Path, bundle: Path | None, repeats: int) -> d
     return stage_times_ms(acquire_runtime(config), repeats)
 
 
-def row_of(name: str, placement: str, report: dict, alone: dict[str, float]) -> dict:
+def row_of(name: str, variant: str, report: dict, alone: dict[str, float]) -> dict:
     commands, stages = report["commands"], report["stages"]
-    row = {"config": name, "controller": placement, "commands": int(commands["commands"]),
+    row = {"config": name, "variant": variant, "commands": int(commands["commands"]),
            "rate_hz": round(commands["rate_hz"], 2)}
     for source in ("tick", "arrival"):
         for q in ("p50", "p99"):
@@ -131,15 +132,14 @@ def main(argv=None) -> int:
         config_path = common.REPO_ROOT / config_file
         bundle = small_bundle(args.workdir) if bundle_kind == "pi05_small" else None
         reports = {}
-        for placement in args.placements:
-            reports[placement] = run_graph(config_path, bundle, PLACEMENTS[placement], args.duration, domain_id,
-                                           args.workdir)
+        for variant in args.variants:
+            reports[variant] = run_graph(config_path, bundle, VARIANTS[variant], args.duration, domain_id, args.workdir)
             domain_id += 1
         alone = standalone_stages(config_path, bundle, args.repeats)
-        for placement, report in reports.items():
-            rows.append(row_of(name, placement, report, alone))
+        for variant, report in reports.items():
+            rows.append(row_of(name, variant, report, alone))
             print(json.dumps(rows[-1]), flush=True)
-    columns = ["config", "controller", "commands", "rate_hz", "tick_err_p50_ms", "tick_err_p99_ms",
+    columns = ["config", "variant", "commands", "rate_hz", "tick_err_p50_ms", "tick_err_p99_ms",
                "arrival_err_p50_ms", "arrival_err_p99_ms", "action_ms", "action_alone_ms", "action_ratio", "holds"]
     table = common.markdown_table(rows, columns)
     print(table)
@@ -153,10 +153,11 @@ def main(argv=None) -> int:
 NOTE = ("Period error: |interval - 20 ms| between consecutive commands, from the controller's send stamps "
         "(tick) and from their reception by `up`'s monitor (arrival), over the whole run after start-up. "
         "action_ms: the action stage's compute p50 inside the graph; action_alone_ms: the same call "
-        "timed alone in one thread (median); ratio = in graph / alone. `controller` own: "
-        "controller.own_process true (the default); shared: the controller in the graph's process. "
+        "timed alone in one thread (median); ratio = in graph / alone. Variants: default (the shipped "
+        "config: controller.own_process true, compute.stage_nice 5); stage_nice_0 (the stages at the graph's "
+        "priority); shared (controller.own_process false: the controller in the graph's process). "
         "The machine line gives the load average at the start: on a machine shared with other jobs the "
-        "absolute numbers say little, the rows side by side still compare the placements.")
+        "absolute numbers say little, the rows side by side still compare the variants.")
 
 
 def cpu_features() -> str:

@@ -123,3 +123,20 @@ def test_instructions_are_taken_stripped_or_refused_without_waiting_out_the_step
     assert "instruction is empty" in empty.input_problem
     assert "5000 characters" in too_long.input_problem
     assert back.input_problem == ""
+
+
+def test_a_simulated_inference_delay_lands_each_chunk_that_many_steps_late():
+    runtime = FakeRuntime()  # chunks of 10 rows 20 ms apart: one lasts two 0.1 s steps
+    settings = {"controller.output": "float64_multi_array", "controller.rate_hz": 10.0, "controller.ramp_s": 0.0,
+                "schedule.step_period_s": 0.1}
+    episode = _episode(runtime, 6)
+    prompt = _run(load_config(None, settings), runtime, episode)
+    delayed = _run(load_config(None, {**settings, "schedule.lockstep_action_delay": 1}), runtime, episode)
+    for a, b in zip(prompt, delayed):  # the same chunks are solved either way
+        np.testing.assert_array_equal(a.chunk.actions, b.chunk.actions)
+    row_at_next_step = 4  # row i is the target at the chunk's stamp + (i + 1) * 20 ms: row 4 at + 100 ms
+    np.testing.assert_allclose(delayed[0].commands[0].positions, prompt[0].commands[0].positions)  # nothing executing: at once
+    for step in range(2, 6):
+        np.testing.assert_allclose(delayed[step].commands[0].positions,
+                                   prompt[step - 1].chunk.actions[row_at_next_step], atol=1e-6)
+        assert not np.allclose(delayed[step].commands[0].positions, prompt[step].commands[0].positions)

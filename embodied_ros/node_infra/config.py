@@ -39,6 +39,8 @@ class _ScheduleRules:
             period = getattr(self, node.schedule_key)
             _check(period >= 1, f"schedule.{node.schedule_key} must be a whole number of steps >= 1, got {period}")
         _check(self.lockstep_start_s > 0, f"schedule.lockstep_start_s must be positive, got {self.lockstep_start_s}")
+        _check(self.lockstep_action_delay >= 0,
+               f"schedule.lockstep_action_delay must be >= 0 steps, got {self.lockstep_action_delay}")
 
     def period_of(self, node: str) -> int:
         """Steps between two runs of `node` (1: every step)."""
@@ -54,6 +56,9 @@ ScheduleConfig = dataclasses.make_dataclass("ScheduleConfig", [
     *[(node.schedule_key, "int", _doc(node.schedule_doc, 1)) for node in scheduled_nodes()],
     ("lockstep_start_s", "float", _doc("lock-step: /clock time of step 0, seconds (step k is at start + k * period)",
                                        1.0)),
+    ("lockstep_action_delay", "int", _doc("lock-step: steps from the observation an action chunk was solved on to "
+                                          "the step the controller takes it, as if inference took that long (a "
+                                          "chunk that finds none executing lands at once); 0: the same step", 0)),
 ], bases=(_ScheduleRules,), frozen=True, namespace={"__module__": __name__})
 
 
@@ -212,9 +217,13 @@ class ComputeConfig:
     blas_threads: int = _doc("threads of the BLAS library in each graph process (0: the library's default). Stages "
                              "compute in parallel threads, so one BLAS thread each keeps them from fighting over "
                              "the cores and from delaying the command stream", 1)
+    stage_nice: int = _doc("added to the nice value of each stage's compute thread (and its kernels' threads), so "
+                           "the inputs, the middleware and the controller get a core at once when every core "
+                           "computes; 0: the stages run at the graph's priority", 5)
 
     def __post_init__(self) -> None:
         _check(self.blas_threads >= 0, f"compute.blas_threads must be >= 0, got {self.blas_threads}")
+        _check(0 <= self.stage_nice <= 19, f"compute.stage_nice must be 0 to 19, got {self.stage_nice}")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ drive instead of testing the mode itself. The drive decides
   given step, `reader` returns the one for this mode;
 - how it stamps: `output_stamp` (the step's time, or the clock's now), `noise_index` (the step,
   or the run's sequence number), and whether input is too old to use (`too_old`);
+- how long an action chunk takes to land at the controller beyond its step: `landing_delay_steps`
+  (lock-step's simulated inference delay, `schedule.lockstep_action_delay`; free-running, the
+  real one is measured);
 - which QoS its topics use (`sensor_qos`, `stage_qos`, `command_qos`, `status_qos`, `timing_qos`);
 - what it acknowledges: lock-step, a step the node made nothing for still gets a skip marker
   (`skipped` calls the node's `publish_skip_marker(step, now_ns)`), so consumers stop waiting.
@@ -41,8 +44,14 @@ class Drive:
     input_reliability_configurable = True  # sensor QoS follows inputs.reliability
     keeps_every_message = False  # links reliable, transient local, deep (topics.lockstep_qos)
 
+    landing_delay_steps = 0
+
     def __init__(self, schedule: ScheduleConfig):
         self.step_clock = StepClock(seconds_to_ns(schedule.lockstep_start_s), seconds_to_ns(schedule.step_period_s))
+
+    @property
+    def landing_delay_ns(self) -> int:
+        return self.landing_delay_steps * self.step_clock.period_ns
 
     def follow_clock(self, node) -> None:
         """Make /clock's steps call `node.on_step(step)`, or nothing."""
@@ -123,6 +132,10 @@ class LockStep(Drive):
     uses_sim_time = True
     input_reliability_configurable = False  # lock-step links are always reliable
     keeps_every_message = True
+
+    def __init__(self, schedule: ScheduleConfig):
+        super().__init__(schedule)
+        self.landing_delay_steps = schedule.lockstep_action_delay
 
     def follow_clock(self, node) -> None:
         node.subscribe(Clock, CLOCK, partial(self._on_clock, node), CLOCK_QOS)

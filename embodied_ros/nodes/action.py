@@ -41,7 +41,7 @@ class ActionNode(StageNode):
     def publish_result(self, step, sequence, result, now_ns) -> None:
         self.output_publisher.publish(chunk_to_msg(result, now_ns))
         if self.continuer is not None and result is not None:
-            self.continuer.published(result, now_ns)
+            self.continuer.published(result, now_ns + self.drive.landing_delay_ns)
 
 
 def main(args=None) -> None:

@@ -12,6 +12,7 @@ input status are in; its StageTiming `sequence` counts the commands sent so far.
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
@@ -55,6 +56,8 @@ class ControllerNode(GraphNode):
         self.joint_names: tuple[str, ...] = ()
         self._status: tuple[bool, str, int] | None = None
         self._last_chunk: ActionChunkResult | None = None
+        self._queued: ActionChunkResult | None = None  # lock-step: the newest chunk queued to land
+        self._landing: deque[tuple[int, ActionChunkResult]] = deque()  # lock-step: (step it lands, chunk)
         self._last_joint_state: JointState | None = None
         self.hold_reason: str | None = None
         self.state_log = StateLog(self.get_logger())
@@ -148,8 +151,13 @@ class ControllerNode(GraphNode):
             if inputs["status"] is not None:
                 self._set_status(*inputs["status"], step_ns)
             chunk = inputs["action"]
-            if chunk is not None and chunk is not self._last_chunk:
-                self._accept(chunk, step_ns)
+            if chunk is not None and chunk is not self._queued:
+                self._queued = chunk
+                executing = self.logic is not None and self.logic.chunk is not None
+                delay = self.drive.landing_delay_steps if executing else 0
+                self._landing.append((step + delay, chunk))
+            while self._landing and self._landing[0][0] <= step:
+                self._accept(self._landing.popleft()[1], step_ns)
             for tick in range(self.ticks_per_step):
                 self._command(step_ns + tick * self.period_ns)
             compute_ms = (time.perf_counter() - started) * 1e3

@@ -15,6 +15,7 @@ from typing import Any
 from rclpy.timer import Timer
 
 from embodied_ros.node_infra.node_table import upstream_of
+from embodied_ros.node_infra.priority import lower_this_thread
 from embodied_ros.node_infra.schedule import FreeRunTrigger, LockstepGate
 from embodied_ros.node_infra.topics import stage_topic
 from embodied_ros.node_infra.transport import decode_output, encode_output
@@ -123,6 +124,7 @@ class StageNode(GraphNode):
         problem = self._input_problem(inputs, now_ns)
         if problem:
             return self._skip(step, now_ns, problem, error=False)
+        lower_this_thread(self.config.compute.stage_nice)
         started = time.perf_counter()
         try:
             result = self.compute(step, inputs)

@@ -1,0 +1,26 @@
+"""The stages' compute runs below the rest of the graph: a stage thread lowers its own priority
+(raises its nice value, which needs no privilege) before its first model call, and the OpenMP
+threads its parallel kernels start inherit it. On a small computer the stages keep every core
+busy; then the threads that wait most of the time (the inputs, the middleware's receive threads,
+the controller's process) still get a core as soon as they wake. A busy process of the same
+niceness elsewhere on the computer takes the cores from the stages in proportion.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_lowered = threading.local()
+
+
+def lower_this_thread(nice: int) -> None:
+    """Add `nice` to the calling thread's nice value, once per thread (0: leave it)."""
+    if nice <= 0 or getattr(_lowered, "done", False):
+        return
+    _lowered.done = True
+    thread = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + nice))
+    except OSError:  # a platform without per-thread priorities: the stages run as they are
+        pass
