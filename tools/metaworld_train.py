@@ -128,6 +128,10 @@ def train(args) -> None:
     with torch.no_grad():
         rows = sinusoid_rows(len(mwp.BIN_PIECES), embed.shape[1], float(embed.std()))
         embed[mwp.FIRST_BIN_ID:mwp.FIRST_BIN_ID + len(mwp.BIN_PIECES)] = torch.from_numpy(rows).float()
+    if args.init:  # go on from an earlier run's weights (same demonstrations, so the same statistics)
+        from safetensors.torch import load_file
+        policy.load_state_dict(load_file(str(Path(args.init) / "model.safetensors")))
+        say(f"weights from {args.init}")
 
     class LocalAutoTokenizer:  # LeRobot's processor asks transformers for PaliGemma's tokenizer by name
         @staticmethod
@@ -240,6 +244,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", help="an earlier checkpoint/ folder to go on training from (its demonstrations)")
     p.add_argument("--collect-only", nargs=2, metavar=("TASK", "EPISODES"), help=argparse.SUPPRESS)
     args = p.parse_args()
     out = Path(args.out)

@@ -104,6 +104,9 @@ class ControllerConfig:
     own_process: bool = _doc("composed layout, realtime schedule: run the controller and its input watchdog in a "
                              "process of its own, where the stages' Python cannot delay a command (false: in "
                              "the graph's process)", True)
+    realtime_priority: int = _doc("SCHED_FIFO priority (1-99) of the controller's thread when it runs in a process "
+                                  "of its own, where permitted (root, CAP_SYS_NICE or an rtprio limit); where not, "
+                                  "it says so once and runs at normal priority; 0: normal priority", 50)
     output: str = _doc("joint_trajectory (JointTrajectoryController) or float64_multi_array (forward command "
                        "controller)", "joint_trajectory")
     joints: tuple[str, ...] = _doc("robot joints to command, in output order; empty: the chunk's joint names", ())
@@ -134,6 +137,8 @@ class ControllerConfig:
         from embodied_ros.deploy.messages import OUTPUTS
 
         _check(self.rate_hz > 0, f"controller.rate_hz must be positive, got {self.rate_hz}")
+        _check(0 <= self.realtime_priority <= 99,
+               f"controller.realtime_priority must be 0 to 99, got {self.realtime_priority}")
         _check(self.output in OUTPUTS, f"controller.output must be one of {OUTPUTS}, got {self.output!r}")
         _check(self.blend_s >= 0, f"controller.blend_s must be >= 0, got {self.blend_s}")
         _check(self.trajectory_points >= 1, f"controller.trajectory_points must be >= 1, got {self.trajectory_points}")

@@ -1,9 +1,13 @@
-"""The stages' compute runs below the rest of the graph: a stage thread lowers its own priority
-(raises its nice value, which needs no privilege) before its first model call, and the OpenMP
-threads its parallel kernels start inherit it. On a small computer the stages keep every core
-busy; then the threads that wait most of the time (the inputs, the middleware's receive threads,
-the controller's process) still get a core as soon as they wake. A busy process of the same
-niceness elsewhere on the computer takes the cores from the stages in proportion.
+"""Thread priorities. The stages' compute runs below the rest of the graph: a stage thread lowers
+its own priority (raises its nice value, which needs no privilege) before its first model call,
+and the OpenMP threads its parallel kernels start inherit it. On a small computer the stages keep
+every core busy; then the threads that wait most of the time (the inputs, the middleware's
+receive threads, the controller's process) still get a core as soon as they wake. A busy process
+of the same niceness elsewhere on the computer takes the cores from the stages in proportion.
+
+The controller, in a process of its own, asks for real-time scheduling (SCHED_FIFO) for the
+thread that ticks, where the system permits it: it sleeps between ticks, so it takes little,
+and gets the core at once when a tick is due.
 """
 
 from __future__ import annotations
@@ -23,4 +27,21 @@ def lower_this_thread(nice: int) -> None:
     try:
         os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + nice))
     except OSError:  # a platform without per-thread priorities: the stages run as they are
+        pass
+
+
+def realtime_scheduling(priority: int) -> str:
+    """Put the calling thread under SCHED_FIFO at `priority`; "" when done, else why not."""
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO, os.sched_param(priority))
+    except (OSError, AttributeError) as error:  # EPERM without the privilege; no SCHED_FIFO on this platform
+        return f"{getattr(error, 'strerror', None) or error}"
+    return ""
+
+
+def normal_scheduling() -> None:
+    """Put the calling thread back under the default time-sharing policy."""
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_OTHER, os.sched_param(0))
+    except (OSError, AttributeError):
         pass

@@ -37,6 +37,7 @@ class GraphNode(LifecycleNode):
     stats: StageStats
     step_clock: StepClock
     drive: Drive  # free-running or lock-step (node_infra/drive.py), from schedule.mode
+    runs_alone = False  # True: the only node of its process, spun on the main thread (nodes/run.py)
 
     def __init__(self, node_name: str | None = None, *, runtime: Runtime | None = None,
                  store: ResultStore | None = None, parameters: dict[str, Any] | None = None, **node_kwargs):

@@ -24,6 +24,7 @@ from embodied_ros.deploy import ActionMapping, Command, CommandLogic, JointLimit
 from embodied_ros.deploy.continuation import merge
 from embodied_ros.deploy.mapping import chunk_column_names
 from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_array, joint_trajectory
+from embodied_ros.node_infra.priority import normal_scheduling, realtime_scheduling
 from embodied_ros.node_infra.schedule import LockstepGate
 from embodied_ros.node_infra.stats import PeriodStats, diagnostic_status, reason_kind, status_values
 from embodied_ros.node_infra.topics import (
@@ -63,6 +64,7 @@ class ControllerNode(GraphNode):
         self.state_log = StateLog(self.get_logger())
         self.commands_sent = self.holds = self.limited = 0
         self._timer = None
+        self._realtime = False
         if settings.joints:
             self._build_logic(settings.joints)
         self.gate = LockstepGate(1, {"action": self.config.schedule.period_of("action"), "status": 1})
@@ -79,11 +81,22 @@ class ControllerNode(GraphNode):
 
     def start(self) -> None:
         self._timer = self.drive.timer(self, 1.0 / self.config.controller.rate_hz, self._on_tick)
+        priority = self.config.controller.realtime_priority
+        if self._timer is not None and self.runs_alone and priority > 0:
+            refused = realtime_scheduling(priority)  # this is the thread that spins the node: the ticks' thread
+            self._realtime = not refused
+            if refused:
+                self.get_logger().warning(f"real-time scheduling (SCHED_FIFO {priority}) not permitted: {refused}; "
+                                          "ticking at normal priority (grant rtprio to this user, or set "
+                                          "controller.realtime_priority: 0)")
 
     def stop(self) -> None:
         if self._timer is not None:
             self.drop(self._timer)
             self._timer = None
+        if self._realtime:
+            normal_scheduling()
+            self._realtime = False
         if self.logic is not None:  # leave the arm holding where it is; on activation start up again
             self._publish(self.logic.hold(self.now_ns(), DEACTIVATED), self.now_ns())
             self.logic.restart()

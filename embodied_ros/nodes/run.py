@@ -92,6 +92,7 @@ def run_node(node_class, args=None) -> None:
         node = None
         try:
             node = node_class()
+            node.runs_alone = True
             if node.get_parameter("autostart").value and bring_up([node]):
                 node.get_logger().fatal("could not start; see the error above")
                 sys.exit(1)
