@@ -50,7 +50,7 @@ def test_upstreams_come_earlier_in_the_table_and_world_model_only_nodes_drop_out
 def test_schedule_settings_are_the_scheduled_rows_in_order_with_their_documentation():
     keys = [f.name for f in dataclasses.fields(ScheduleConfig)]
     scheduled = [node.schedule_key for node in NODES if node.schedule_key]
-    assert keys == ["mode", "step_period_s", *scheduled, "lockstep_start_s"]
+    assert keys == ["mode", "step_period_s", *scheduled, "lockstep_start_s", "lockstep_action_delay"]
     for field in dataclasses.fields(ScheduleConfig):
         if field.name in scheduled:
             assert field.metadata["doc"] == node_spec(field.name).schedule_doc
