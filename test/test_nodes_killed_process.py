@@ -64,3 +64,47 @@ def test_killed_prefix_process(separate_graph):
     processes.spawn("prefix")
     wait_for(lambda: streaming_since(probe, restarted_ns), 90, "the controller to stream again")
     assert processes.exited() == {}
+
+
+_PARENT = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from embodied_ros.graph.processes import SeparateGraph
+from embodied_ros.node_infra.config import load_config
+from graph_bundles import pi05_bundle
+
+config = load_config(None, {"bundle": sys.argv[2], "schedule.step_period_s": 0.1})
+graph = SeparateGraph(config, ("controller",), domain_id=int(sys.argv[3]))
+graph.start()
+print(graph.processes["controller"].pid, graph.log_dir, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_node_process_ends_with_the_graph_that_started_it_even_killed(tmp_path_factory):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bundle = pi05_bundle(tmp_path_factory)
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(Path(__file__).parent), str(bundle),
+                               str(next_domain())], stdout=subprocess.PIPE, text=True)
+    child_pid, log_dir = parent.stdout.readline().split()
+    child_pid = int(child_pid)
+    wait_for(lambda: "waiting for the first action chunk" in (Path(log_dir) / "controller.log").read_text(errors="replace"), 60,
+             "the controller's process to start")
+    parent.send_signal(signal.SIGKILL)  # no teardown: the graph's process is gone at once
+    parent.wait()
+
+    def gone() -> bool:
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return True
+        return open(f"/proc/{child_pid}/stat").read().split()[2] == "Z"  # ended, not yet reaped
+
+    wait_for(gone, 30, "the orphaned controller's process to end")
+    log = (Path(log_dir) / "controller.log").read_text(errors="replace")
+    assert "deactivated" in log, log[-2000:]  # it stopped as on SIGTERM: deactivated, the arm left holding

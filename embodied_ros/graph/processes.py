@@ -23,6 +23,7 @@ from embodied_ros.node_infra.node_table import node_spec
 from embodied_ros.node_infra.paths import dds_environment
 from embodied_ros.share import SOURCE_ROOT, is_source_checkout
 from embodied_ros.nodes.params import node_parameters
+from embodied_ros.nodes.run import PARENT_PID
 
 
 def params_file_content(config: GraphConfig) -> dict:
@@ -59,7 +60,7 @@ class SeparateGraph:
         self.namespace = namespace
         self.remaps = tuple(remaps)
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="embodied_ros_graph_"))
-        self.env = {**os.environ, **dds_environment(), **(env or {})}
+        self.env = {**os.environ, **dds_environment(), PARENT_PID: str(os.getpid()), **(env or {})}
         if is_source_checkout():  # the children import this checkout, whatever their working directory
             self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE_ROOT), self.env.get("PYTHONPATH")]))
         if domain_id is not None:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
+import threading
+import time
 from typing import Iterable
 
 import rclpy
@@ -19,6 +22,8 @@ from embodied_ros.node_infra.node_table import NODE_NAMES, node_spec
 from embodied_ros.node_infra.spinning import spin_until_shutdown
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+PARENT_PID = "EMBODIED_ROS_PARENT_PID"  # set by graph/processes.py: its node processes end with it
+PARENT_POLL_S = 0.5
 
 
 def parse_node_arguments(node_class, argv: list[str]) -> None:
@@ -56,6 +61,7 @@ def stopped_by_signals(argv: list[str]):
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
     for number in ENDING_SIGNALS:
         signal.signal(number, _stop_once)
+    _end_with_parent()
     try:
         yield
     finally:
@@ -63,6 +69,22 @@ def stopped_by_signals(argv: list[str]):
         rclpy.try_shutdown()
         for number in ENDING_SIGNALS:  # Python's exit would put back the default handlers, that end the process
             signal.signal(number, signal.SIG_IGN)
+
+
+def _end_with_parent() -> None:
+    """A node process a graph of this project started (PARENT_PID in its environment) stops as on
+    SIGTERM once that parent is gone, even killed by SIGKILL: the controller deactivates and holds
+    instead of running on, orphaned, with nothing upstream."""
+    parent = os.environ.get(PARENT_PID, "")
+    if not parent.isdigit():
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _stop_once(signum, frame) -> None:
