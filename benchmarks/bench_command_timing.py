@@ -1,18 +1,21 @@
 """The controller's command stream while inference runs, for every shipped config, in the default
-(composed) layout, in variants side by side: the defaults, the stages at the graph's priority, the
-controller in the graph's process.
+(composed) layout, in variants side by side: the defaults, and each of the measures that keep the
+stream on time undone in turn.
 
     python benchmarks/bench_command_timing.py [--duration 30] [--configs pi05_tiny,pi05_small,lingbot_va,pi0_tiny,smolvla_tiny]
-                                              [--variants default,stage_nice_0,shared] [--repeats 5]
+                                              [--variants default,stages_at_once,stage_nice_0,no_realtime,shared]
+                                              [--repeats 5]
                                               [--workdir /tmp/bench_command_timing] [--no-write]
 
 Configs: pi05_tiny (config/pi05.yaml, its bundle bundles/pi05_tiny.gguf), pi05_small (config/pi05.yaml
 with the test/data/pi05_small record converted to a bundle, with the tiny checkpoint's tokenizer),
 lingbot_va (config/lingbot_va.yaml, bundles/lingbot_va_small.gguf), pi0_tiny (config/pi0.yaml),
 smolvla_tiny (config/smolvla.yaml), each on its shipped bundle. Variants: default (the config as
-shipped: the controller in a process of its own, the stages' threads at compute.stage_nice 5),
-stage_nice_0 (the stages at the graph's priority) and shared (controller.own_process false: the
-controller in the graph's process). For each config, every variant runs `embodied-ros up --composed` for
+shipped: the controller in a process of its own at SCHED_FIFO 50 where permitted, the stages'
+model calls in turn, their threads at compute.stage_nice 5), stages_at_once (compute.stage_turns
+false), stage_nice_0 (the stages at the graph's priority), no_realtime
+(controller.realtime_priority 0) and shared (controller.own_process false: the controller in the
+graph's process). For each config, every variant runs `embodied-ros up --composed` for
 --duration seconds (each in a fresh process and ROS domain), one after the other, so they see the
 same machine load; then this process times each stage's call on its own (median of --repeats
 chunks, `embodied_ros.pipeline.timing`, the calls `bench_pi05.py` times) and gives each in-graph
@@ -42,7 +45,9 @@ CONFIGS = {
     "pi0_tiny": ("config/pi0.yaml", None),
     "smolvla_tiny": ("config/smolvla.yaml", None),
 }
-VARIANTS = {"default": {}, "stage_nice_0": {"compute.stage_nice": "0"}, "shared": {"controller.own_process": "false"}}
+VARIANTS = {"default": {}, "stages_at_once": {"compute.stage_turns": "false"},
+            "stage_nice_0": {"compute.stage_nice": "0"}, "no_realtime": {"controller.realtime_priority": "0"},
+            "shared": {"controller.own_process": "false"}}
 SMALL_RECORD = common.REPO_ROOT / "test" / "data" / "pi05_small"
 TOKENIZER = common.REPO_ROOT / "test" / "data" / "pi05_tiny_checkpoint" / "checkpoint" / "tokenizer.model"
 SECTION = "command_timing"
@@ -154,8 +159,9 @@ NOTE = ("Period error: |interval - 20 ms| between consecutive commands, from the
         "(tick) and from their reception by `up`'s monitor (arrival), over the whole run after start-up. "
         "action_ms: the action stage's compute p50 inside the graph; action_alone_ms: the same call "
         "timed alone in one thread (median); ratio = in graph / alone. Variants: default (the shipped "
-        "config: controller.own_process true, compute.stage_nice 5); stage_nice_0 (the stages at the graph's "
-        "priority); shared (controller.own_process false: the controller in the graph's process). "
+        "config: controller.own_process true, controller.realtime_priority 50, compute.stage_turns true, "
+        "compute.stage_nice 5); each other variant undoes one of these: stages_at_once (stage_turns false), "
+        "stage_nice_0, no_realtime (realtime_priority 0), shared (own_process false). "
         "The machine line gives the load average at the start: on a machine shared with other jobs the "
         "absolute numbers say little, the rows side by side still compare the variants.")
 

@@ -225,6 +225,9 @@ class ComputeConfig:
     stage_nice: int = _doc("added to the nice value of each stage's compute thread (and its kernels' threads), so "
                            "the inputs, the middleware and the controller get a core at once when every core "
                            "computes; 0: the stages run at the graph's priority", 5)
+    stage_turns: bool = _doc("the stages of one process make their model calls in turn, not at once: each call's "
+                             "parallel kernels use every core, so calls at once only take the cores from one "
+                             "another (false: at once)", True)
 
     def __post_init__(self) -> None:
         _check(self.blas_threads >= 0, f"compute.blas_threads must be >= 0, got {self.blas_threads}")

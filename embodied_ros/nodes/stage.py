@@ -8,6 +8,8 @@ Lock-step, it runs each of its steps once every upstream output scheduled for th
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from functools import partial
 from typing import Any
@@ -23,6 +25,9 @@ from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
 from embodied_ros.msg import StageOutput
 from embodied_ros.nodes.base import GraphNode
 from embodied_ros.nodes.runtime_cache import acquire_runtime
+
+
+MODEL_CALL_TURN = threading.Lock()  # compute.stage_turns: one model call at a time in this process
 
 
 class StageNode(GraphNode):
@@ -125,14 +130,18 @@ class StageNode(GraphNode):
         if problem:
             return self._skip(step, now_ns, problem, error=False)
         lower_this_thread(self.config.compute.stage_nice)
-        started = time.perf_counter()
-        try:
-            result = self.compute(step, inputs)
-        except Exception as error:  # a failing model call is reported; the node keeps serving
-            return self._skip(step, now_ns, f"{type(error).__name__}: {error}", error=True)
+        result, failure = None, None
+        with MODEL_CALL_TURN if self.config.compute.stage_turns else contextlib.nullcontext():
+            started = time.perf_counter()  # after the wait for the turn: compute_ms is the call alone
+            try:
+                result = self.compute(step, inputs)
+            except Exception as error:  # a failing model call is reported; the node keeps serving
+                failure = error
+            compute_ms = (time.perf_counter() - started) * 1e3
+        if failure is not None:
+            return self._skip(step, now_ns, f"{type(failure).__name__}: {failure}", error=True)
         if result is None:
             return self._skip(step, now_ns, f"the runtime's {self.stage} stage returned nothing", error=True)
-        compute_ms = (time.perf_counter() - started) * 1e3
         published_ns = self.drive.output_stamp(now_ns, self.now_ns)
         self.sequence += 1
         self.publish_result(step, self.sequence, result, published_ns)
