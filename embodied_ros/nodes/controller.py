@@ -97,6 +97,8 @@ class ControllerNode(GraphNode):
         if self._realtime:
             normal_scheduling()
             self._realtime = False
+        self._landing.clear()
+        self._queued = None
         if self.logic is not None:  # leave the arm holding where it is; on activation start up again
             self._publish(self.logic.hold(self.now_ns(), DEACTIVATED), self.now_ns())
             self.logic.restart()
