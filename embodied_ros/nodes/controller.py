@@ -11,6 +11,7 @@ input status are in; its StageTiming `sequence` counts the commands sent so far.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 
@@ -39,6 +40,7 @@ from embodied_ros.nodes.state_log import StateLog
 from embodied_ros.pipeline.types import ActionChunkResult
 
 DEACTIVATED = "controller deactivated"
+TICK_SWITCH_INTERVAL_S = 0.0005
 WAITING_FOR_FIRST_CHUNK = "waiting for the first action chunk"  # start-up: no warning
 
 
@@ -82,6 +84,10 @@ class ControllerNode(GraphNode):
     def start(self) -> None:
         self._timer = self.drive.timer(self, 1.0 / self.config.controller.rate_hz, self._on_tick)
         priority = self.config.controller.realtime_priority
+        if self._timer is not None and self.runs_alone:
+            # the process's other threads (diagnostics, the middleware's callbacks into Python) hand the
+            # interpreter to a due tick within this, not the default 5 ms
+            sys.setswitchinterval(TICK_SWITCH_INTERVAL_S)
         if self._timer is not None and self.runs_alone and priority > 0:
             refused = realtime_scheduling(priority)  # this is the thread that spins the node: the ticks' thread
             self._realtime = not refused
