@@ -83,12 +83,13 @@ class ControllerNode(GraphNode):
 
     def start(self) -> None:
         self._timer = self.drive.timer(self, 1.0 / self.config.controller.rate_hz, self._on_tick)
+        if self._timer is None or not self.runs_alone:
+            return
+        # the process's other threads (diagnostics, the middleware's callbacks into Python) hand the
+        # interpreter to a due tick within this, not the default 5 ms
+        sys.setswitchinterval(TICK_SWITCH_INTERVAL_S)
         priority = self.config.controller.realtime_priority
-        if self._timer is not None and self.runs_alone:
-            # the process's other threads (diagnostics, the middleware's callbacks into Python) hand the
-            # interpreter to a due tick within this, not the default 5 ms
-            sys.setswitchinterval(TICK_SWITCH_INTERVAL_S)
-        if self._timer is not None and self.runs_alone and priority > 0:
+        if priority > 0:
             refused = realtime_scheduling(priority)  # this is the thread that spins the node: the ticks' thread
             self._realtime = not refused
             if refused:
