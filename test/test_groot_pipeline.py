@@ -17,7 +17,7 @@ from embodied_ros.models.groot import convert, parity, processor
 from embodied_ros.models.groot.runtime import load_runtime
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
-from embodied_ros.sequence.images import resize_bicubic_uint8
+from embodied_ros.sequence.resample import resize_bicubic_uint8
 
 RECORD = Path(__file__).parent / "data" / "groot_pipeline_tiny"
 TASKS = json.loads((RECORD / "cases.json").read_text())["cases"]

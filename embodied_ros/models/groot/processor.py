@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from embodied_ros.backbone import qwen3_vl
-from embodied_ros.sequence.images import resize_bicubic_uint8
+from embodied_ros.sequence.resample import resize_bicubic_uint8
 
 DEFAULT_TASK = "Perform the task."
 IMAGE_PAD, VISION_START, VISION_END = "<|image_pad|>", "<|vision_start|>", "<|vision_end|>"
