@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     machine = common.machine_description()
     print(f"machine: {common.machine_line(machine)}", flush=True)
-    print(f"cpu flags: {cpu_features()}", flush=True)
+    print(f"cpu flags: {common.cpu_features()}", flush=True)
     domain_id = 100 + os.getpid() % 100  # away from other graphs on this machine
     rows = []
     for name in args.configs:
@@ -165,17 +165,6 @@ NOTE = ("Period error: |interval - 20 ms| between consecutive commands, from the
         "stage_nice_0, no_realtime (realtime_priority 0), shared (own_process false). "
         "The machine line gives the load average at the start: on a machine shared with other jobs the "
         "absolute numbers say little, the rows side by side still compare the variants.")
-
-
-def cpu_features() -> str:
-    """The CPU's vector extensions (what the kernels can use)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
-    except (OSError, StopIteration):
-        return "unknown"
-    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
-    return " ".join(flag for flag in wanted if flag in flags) or "none of " + ",".join(wanted)
 
 
 if __name__ == "__main__":

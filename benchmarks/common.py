@@ -216,6 +216,19 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
+
+
+def cpu_features() -> str:
+    """The CPU's vector and matrix extensions that decide which kernels run (/proc/cpuinfo flags)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return "unknown"
+    return " ".join(flag for flag in CPU_FEATURES if flag in flags) or "none of " + " ".join(CPU_FEATURES)
+
+
 def machine_line(info: dict | None = None) -> str:
     """One markdown line summarizing machine_description()."""
     info = info or machine_description()
@@ -224,7 +237,7 @@ def machine_line(info: dict | None = None) -> str:
     if blas.get("kernels"):
         forced = info.get("openblas_coretype_env")
         kernels = f" ({blas['kernels']} kernels" + (f", OPENBLAS_CORETYPE={forced})" if forced else ")")
-    return (f"{info['cpu_model']}, {info['usable_cpus']} usable of {info['logical_cpus']} CPUs, "
+    return (f"{info['cpu_model']} ({cpu_features()}), {info['usable_cpus']} usable of {info['logical_cpus']} CPUs, "
             f"load average {info['loadavg_1_5_15'][0]}; Python {info['python']}, numpy {info.get('numpy')} "
             f"with {blas.get('name', 'unknown BLAS')} {blas.get('version', '')}".rstrip() + kernels)
 

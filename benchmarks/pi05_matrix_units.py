@@ -26,13 +26,6 @@ TYPES = ("f32", "bf16", "q8_0")
 LAYERS = ("gemma_layer", "expert_layer")
 
 
-def cpu_features() -> str:
-    from llvmlite import binding as llvm_binding
-    features = llvm_binding.get_host_cpu_features()
-    wanted = ("avx512f", "avx512bf16", "avx512vnni", "amx-bf16", "amx-int8", "avxvnni")
-    return ", ".join(f"{name} {'yes' if features.get(name) else 'no'}" for name in wanted)
-
-
 def product_rows(ks, rng, repeats: int) -> list[dict]:
     """One 50 x 1024 -> 8192 product per path, best of `repeats` after a warm-up."""
     from embodied_ros.bundle.quantize import quantize
@@ -111,7 +104,7 @@ def main(argv=None) -> int:
                              "weights": dtype.upper(), "median ms": float(median),
                              "runs ms": pi05_layers.ms_list(theirs[layer.name, dtype])})
     body = "\n".join([
-        f"CPU features: {cpu_features()}. BF16 products on AVX512-BF16: {linear.BF16_PRODUCTS}. "
+        f"CPU features: {common.cpu_features()}. BF16 products on AVX512-BF16: {linear.BF16_PRODUCTS}. "
         f"{args.threads} threads, {args.rounds} round(s) of {args.repeats} runs per type, the three stored types "
         "interleaved, then PyTorch f32 and bf16 in its own process (torch_reference.py). The machine is shared "
         "with other work while this runs (load average in the Machine line, on 2 cores): ratios inside one run are "

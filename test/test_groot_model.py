@@ -63,14 +63,15 @@ def test_backbone_and_head_stages(model, cases):
     _close(backbone.features, cases["case0_backbone_features"])
     _close(model.vl_embeddings(backbone), cases["case0_vl_embeds"])
     embodiment = int(cases["case0_embodiment_id"])
-    state_rows = groot_dit.state_features(model.weights, cases["case0_state"], embodiment)
+    ew = model.embodiment_weights(embodiment)
+    state_rows = groot_dit.state_features(model.ks, ew, cases["case0_state"])
     _close(state_rows, cases["case0_state_features"])
     first = model.timesteps[0]
-    actions_in = groot_dit.action_features(model.config.head, model.weights, cases["case0_noise"], first, embodiment)
+    actions_in = groot_dit.action_features(model.ks, model.config.head, model.weights, ew, cases["case0_noise"], first)
     _close(np.concatenate([state_rows, actions_in]), cases["case0_dit_input_step0"])
-    velocity = groot_dit.velocity(model.ks, model.config.head, model.weights, model.dit_blocks, cases["case0_noise"],
-                                  first, state_rows, model.vl_embeddings(backbone), ~backbone.image_mask,
-                                  backbone.image_mask, embodiment)
+    velocity = groot_dit.velocity(model.ks, model.config.head, model.weights, ew, model.dit_blocks,
+                                  cases["case0_noise"], first, state_rows, model.step_conditioning[0],
+                                  model.cross_keys_values(backbone))
     _close(velocity, cases["case0_velocity_step0"])
 
 

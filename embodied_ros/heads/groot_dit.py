@@ -9,8 +9,12 @@
         x += action_decoder(z)[1:] / N
 
 Embodiment-specific ("category-specific") layers store W [categories, in, out], b [categories, out]
-and compute x @ W[e] + b[e]. Conditioning splits: DiT blocks take (scale, shift) = split(norm1(silu(temb)))
-and apply LN(z) * (1 + scale) + shift; the output takes (shift, scale) = split(out_1(silu(temb))).
+and compute x @ W[e] + b[e]; `embodiment_weights` takes one embodiment's slices once, as [out, in]
+products. Conditioning splits: DiT blocks take (scale, shift) = split(norm1(silu(temb))) and apply
+LN(z) * (1 + scale) + shift; the output takes (shift, scale) = split(out_1(silu(temb))).
+
+Nothing is computed twice: the conditioning depends only on the step (`step_conditioning`, once per
+model), the cross-attention keys and values only on the vl rows (`cross_keys_values`, once per chunk).
 Weights use the runtime names of models/groot/weights.py (`head.*`).
 """
 
@@ -30,8 +34,22 @@ OUTPUT_LN_EPS = 1e-6
 TIMESTEP_FEATURES = 256
 
 
-def category_linear(w: Weights, prefix: str, x: np.ndarray, embodiment: int) -> np.ndarray:
-    return x @ w[f"{prefix}.weight"][embodiment] + w[f"{prefix}.bias"][embodiment]
+CATEGORY_LAYERS = ("head.state.1", "head.state.2", "head.action_in.1", "head.action_in.2", "head.action_in.3",
+                   "head.action_out.1", "head.action_out.2")
+
+
+def embodiment_weights(w: Weights, embodiment: int) -> dict[str, np.ndarray]:
+    """One embodiment's category-specific layers as [out, in] weights and [out] biases."""
+    chosen = {}
+    for prefix in CATEGORY_LAYERS:
+        chosen[f"{prefix}.weight"] = np.ascontiguousarray(np.asarray(w[f"{prefix}.weight"][embodiment]).T,
+                                                          dtype=np.float32)
+        chosen[f"{prefix}.bias"] = np.asarray(w[f"{prefix}.bias"][embodiment], np.float32)
+    return chosen
+
+
+def category_linear(ks: KernelSet, ew: Weights, prefix: str, x: np.ndarray) -> np.ndarray:
+    return ks.linear(np.ascontiguousarray(x, np.float32), ew[f"{prefix}.weight"], ew[f"{prefix}.bias"])
 
 
 def plain_layer_norm(ks: KernelSet, x: np.ndarray, eps: float) -> np.ndarray:
@@ -67,13 +85,21 @@ def time_embedding(ks: KernelSet, w: Weights, t: float) -> np.ndarray:
 
 
 def attention(ks: KernelSet, layer: Weights, heads: int, head_dim: int, queries: np.ndarray,
-              context: np.ndarray) -> np.ndarray:
-    """Unmasked multi-head attention with biased q/k/v/out projections."""
+              context: np.ndarray | None = None, keys_values: tuple[np.ndarray, np.ndarray] | None = None
+              ) -> np.ndarray:
+    """Unmasked multi-head attention with biased q/k/v/out projections; `keys_values` are the
+    context's projections when they were made before (`context_keys_values`)."""
     q = ks.linear(queries, layer["attn_q.weight"], layer["attn_q.bias"]).reshape(queries.shape[0], heads, head_dim)
-    k = ks.linear(context, layer["attn_k.weight"], layer["attn_k.bias"]).reshape(context.shape[0], heads, head_dim)
-    v = ks.linear(context, layer["attn_v.weight"], layer["attn_v.bias"]).reshape(context.shape[0], heads, head_dim)
+    k, v = keys_values if keys_values is not None else context_keys_values(ks, layer, heads, head_dim, context)
     attended = ks.attention(q, k, v).reshape(queries.shape[0], heads * head_dim)
     return ks.linear(attended, layer["attn_out.weight"], layer["attn_out.bias"])
+
+
+def context_keys_values(ks: KernelSet, layer: Weights, heads: int, head_dim: int,
+                        context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    k = ks.linear(context, layer["attn_k.weight"], layer["attn_k.bias"]).reshape(context.shape[0], heads, head_dim)
+    v = ks.linear(context, layer["attn_v.weight"], layer["attn_v.bias"]).reshape(context.shape[0], heads, head_dim)
+    return k, v
 
 
 def feed_forward(ks: KernelSet, layer: Weights, x: np.ndarray) -> np.ndarray:
@@ -91,42 +117,59 @@ def vl_embeddings(ks: KernelSet, cfg, w: Weights, layers: Sequence[Weights], bac
     return x
 
 
-def state_features(w: Weights, state: np.ndarray, embodiment: int) -> np.ndarray:
+def state_features(ks: KernelSet, ew: Weights, state: np.ndarray) -> np.ndarray:
     """Normalized, zero-padded state [max_state_dim] -> [1, D]."""
-    hidden = np.maximum(category_linear(w, "head.state.1", state[None, :].astype(np.float32), embodiment), 0)
-    return category_linear(w, "head.state.2", hidden, embodiment)
+    hidden = np.maximum(category_linear(ks, ew, "head.state.1", state[None, :]), 0)
+    return category_linear(ks, ew, "head.state.2", hidden)
 
 
-def action_features(cfg, w: Weights, x: np.ndarray, t: float, embodiment: int) -> np.ndarray:
+def action_features(ks: KernelSet, cfg, w: Weights, ew: Weights, x: np.ndarray, t: float) -> np.ndarray:
     """Noisy actions [H, max_action_dim] at integer timestep t -> [H, D]."""
-    embedded = category_linear(w, "head.action_in.1", x, embodiment)
+    embedded = category_linear(ks, ew, "head.action_in.1", x)
     time = np.broadcast_to(sinusoid(t, cfg.width), embedded.shape)
-    hidden = silu(category_linear(w, "head.action_in.2", np.concatenate([embedded, time], axis=-1), embodiment))
-    return category_linear(w, "head.action_in.3", hidden, embodiment) + w["head.position"][: x.shape[0]]
+    hidden = silu(category_linear(ks, ew, "head.action_in.2", np.concatenate([embedded, time], axis=-1)))
+    return category_linear(ks, ew, "head.action_in.3", hidden) + w["head.position"][: x.shape[0]]
 
 
-def dit(ks: KernelSet, cfg, w: Weights, blocks: Sequence[Weights], z: np.ndarray, temb: np.ndarray,
-        vl: np.ndarray, text_rows: np.ndarray, image_rows: np.ndarray) -> np.ndarray:
-    """DiT over [state; actions] rows z [1+H, D] -> [1+H, hidden_size]."""
+def step_conditioning(ks: KernelSet, w: Weights, blocks: Sequence[Weights], temb: np.ndarray) -> dict[str, Any]:
+    """Each block's (scale, shift) and the output's (shift, scale) for one step's temb [1, D]."""
     conditioning = silu(temb)
+    blocks_split = [tuple(np.split(ks.linear(conditioning, b["ada.weight"], b["ada.bias"]), 2, axis=-1))
+                    for b in blocks]
+    output = tuple(np.split(ks.linear(conditioning, w["head.out_1.weight"], w["head.out_1.bias"]), 2, axis=-1))
+    return {"blocks": blocks_split, "output": output}
+
+
+def cross_keys_values(ks: KernelSet, cfg, blocks: Sequence[Weights], vl: np.ndarray, text_rows: np.ndarray,
+                      image_rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Keys and values of every cross-attention block over its rows of vl (text or image)."""
     context = {"cross_attn_text": vl[text_rows], "cross_attn_image": vl[image_rows]}
-    for kind, block in zip(cfg.block_kinds, blocks):
-        scale, shift = np.split(ks.linear(conditioning, block["ada.weight"], block["ada.bias"]), 2, axis=-1)
+    return {b: context_keys_values(ks, block, cfg.num_heads, cfg.head_dim, context[kind])
+            for b, (kind, block) in enumerate(zip(cfg.block_kinds, blocks)) if kind != "self_attn"}
+
+
+def dit(ks: KernelSet, cfg, w: Weights, blocks: Sequence[Weights], z: np.ndarray, conditioning: Mapping[str, Any],
+        cross: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """DiT over [state; actions] rows z [1+H, D] -> [1+H, hidden_size]."""
+    for b, (kind, block) in enumerate(zip(cfg.block_kinds, blocks)):
+        scale, shift = conditioning["blocks"][b]
         y = plain_layer_norm(ks, z, LN_EPS) * (np.float32(1.0) + scale) + shift
-        z = z + attention(ks, block, cfg.num_heads, cfg.head_dim, y, y if kind == "self_attn" else context[kind])
+        if kind == "self_attn":
+            z = z + attention(ks, block, cfg.num_heads, cfg.head_dim, y, y)
+        else:
+            z = z + attention(ks, block, cfg.num_heads, cfg.head_dim, y, keys_values=cross[b])
         z = z + feed_forward(ks, block, plain_layer_norm(ks, z, LN_EPS))
-    shift, scale = np.split(ks.linear(conditioning, w["head.out_1.weight"], w["head.out_1.bias"]), 2, axis=-1)
+    shift, scale = conditioning["output"]
     z = plain_layer_norm(ks, z, OUTPUT_LN_EPS) * (np.float32(1.0) + scale) + shift
     return ks.linear(z, w["head.out_2.weight"], w["head.out_2.bias"])
 
 
-def velocity(ks: KernelSet, cfg, w: Weights, blocks: Sequence[Weights], x: np.ndarray, t: float,
-             state_rows: np.ndarray, vl: np.ndarray, text_rows: np.ndarray, image_rows: np.ndarray,
-             embodiment: int, temb: np.ndarray | None = None) -> np.ndarray:
+def velocity(ks: KernelSet, cfg, w: Weights, ew: Weights, blocks: Sequence[Weights], x: np.ndarray, t: float,
+             state_rows: np.ndarray, conditioning: Mapping[str, Any],
+             cross: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Action decoder output at the action rows [H, max_action_dim]."""
-    temb = time_embedding(ks, w, t) if temb is None else temb
-    z = np.concatenate([state_rows, action_features(cfg, w, x, t, embodiment)])
-    hidden = dit(ks, cfg, w, blocks, z, temb, vl, text_rows, image_rows)
-    decoded = category_linear(w, "head.action_out.2",
-                              np.maximum(category_linear(w, "head.action_out.1", hidden, embodiment), 0), embodiment)
+    z = np.concatenate([state_rows, action_features(ks, cfg, w, ew, x, t)])
+    hidden = dit(ks, cfg, w, blocks, z, conditioning, cross)
+    decoded = category_linear(ks, ew, "head.action_out.2",
+                              np.maximum(category_linear(ks, ew, "head.action_out.1", hidden), 0))
     return decoded[state_rows.shape[0]:]

@@ -6,7 +6,8 @@
     sample_actions(backbone, state, noise, embodiment)  Euler from noise (t=0) to actions (t=1)
 
 `grids` holds each present view's patch grid (rows, columns); a missing camera is one image block
-fewer in the prompt. The DiT's time conditioning depends only on the step, so it is computed once.
+fewer in the prompt. The DiT's time conditioning depends only on the step, so it is computed once per model; the
+cross-attention keys and values only on the backbone rows, so once per chunk.
 """
 
 from __future__ import annotations
@@ -17,24 +18,18 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from embodied_ros.backbone import qwen3_vl
+from embodied_ros.backbone.paligemma import TOKEN_EMBEDDING, prepare_weights
 from embodied_ros.heads import groot_dit
 from embodied_ros.kernels import KernelSet
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.models.groot.config import GrootConfig
-from embodied_ros.models.groot.weights import check_weights
+from embodied_ros.models.groot.weights import check_weights, is_linear_weight
 
 
 @dataclass(frozen=True)
 class Backbone:
     features: np.ndarray  # [L, d] output of the last kept LM layer
     image_mask: np.ndarray  # [L] rows that are image tokens
-
-
-def _float32(weight: Any) -> np.ndarray:
-    """Quantized bundle tensors are expanded once: the head reads embodiment weights as x @ W[e]."""
-    if isinstance(weight, QuantTensor):
-        return weight.dequantize()
-    return np.ascontiguousarray(weight, dtype=np.float32)
 
 
 def _layers(weights: Mapping[str, Any], prefix: str, depth: int) -> list[dict[str, Any]]:
@@ -47,14 +42,25 @@ class GrootModel:
         check_weights(weights, config)
         self.config = config
         self.ks = KernelSet(backend)
-        self.weights = {name: _float32(w) for name, w in weights.items()}
+        tables = {name: w.dequantize() if isinstance(w, QuantTensor) else w for name, w in weights.items()
+                  if name == TOKEN_EMBEDDING}  # the LM input is a row lookup
+        self.weights = prepare_weights({**weights, **tables}, is_linear_weight, pack=backend == "numba")
         self.vision_layers = _layers(self.weights, "vision.blk", config.vision.depth)
         self.lm_layers = _layers(self.weights, "lm.blk", config.text.depth)
         self.vl_layers = _layers(self.weights, "head.vl", config.head.vl_depth)
         self.dit_blocks = _layers(self.weights, "head.dit", config.head.depth)
         head = config.head
         self.timesteps = groot_dit.euler_timesteps(head.num_inference_steps, head.num_timestep_buckets)
-        self.step_embeddings = [groot_dit.time_embedding(self.ks, self.weights, t) for t in self.timesteps]
+        self.step_conditioning = [
+            groot_dit.step_conditioning(self.ks, self.weights, self.dit_blocks,
+                                        groot_dit.time_embedding(self.ks, self.weights, t)) for t in self.timesteps]
+        self._embodiments: dict[int, dict[str, np.ndarray]] = {}
+
+    def embodiment_weights(self, embodiment: int) -> dict[str, np.ndarray]:
+        """The embodiment's category-specific layers, sliced once on first use."""
+        if embodiment not in self._embodiments:
+            self._embodiments[embodiment] = groot_dit.embodiment_weights(self.weights, embodiment)
+        return self._embodiments[embodiment]
 
     def image_rows(self, pixel_rows: np.ndarray, grids: Sequence[tuple[int, int]]) -> tuple[np.ndarray, list[np.ndarray]]:
         return qwen3_vl.vision_tower(self.ks, self.config.vision, self.weights, self.vision_layers,
@@ -94,12 +100,18 @@ class GrootModel:
         if not 0 <= int(embodiment) < head.num_embodiments:
             raise ValueError(f"embodiment id must lie in 0..{head.num_embodiments - 1}, got {embodiment}")
         embodiment = int(embodiment)
-        vl = self.vl_embeddings(backbone)
-        state_rows = groot_dit.state_features(self.weights, state, embodiment)
+        ew = self.embodiment_weights(embodiment)
+        cross = self.cross_keys_values(backbone)
+        state_rows = groot_dit.state_features(self.ks, ew, state)
         x = noise
         dt = np.float32(1.0 / head.num_inference_steps)
-        for t, temb in zip(self.timesteps, self.step_embeddings):
-            v = groot_dit.velocity(self.ks, head, self.weights, self.dit_blocks, x, t, state_rows, vl,
-                                   ~backbone.image_mask, backbone.image_mask, embodiment, temb)
+        for t, conditioning in zip(self.timesteps, self.step_conditioning):
+            v = groot_dit.velocity(self.ks, head, self.weights, ew, self.dit_blocks, x, t, state_rows, conditioning,
+                                   cross)
             x = x + dt * v
         return x
+
+    def cross_keys_values(self, backbone: Backbone) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """The cross-attention blocks' keys and values over the vl rows: once per chunk."""
+        return groot_dit.cross_keys_values(self.ks, self.config.head, self.dit_blocks, self.vl_embeddings(backbone),
+                                           ~backbone.image_mask, backbone.image_mask)

@@ -86,6 +86,16 @@ def _rules() -> list[tuple[re.Pattern, str | None]]:
 _RULES = _rules()
 
 
+_PRODUCT = re.compile(r"(vision\.patch|.*\.(attn_qkv|attn_out|fc1|fc2|attn_q|attn_k|attn_v|ffn_gate|ffn_up|ffn_down|"
+                      r"ff_in|ff_out|ada)|head\.(time\.[12]|out_[12]))\.weight")
+
+
+def is_linear_weight(name: str) -> bool:
+    """A matrix the kernels' linear product reads ([out, in]); the tables, norms and the embodiment-
+    specific layers are read otherwise."""
+    return _PRODUCT.fullmatch(name) is not None
+
+
 def runtime_name(lerobot_name: str) -> str | None:
     """Runtime name of a LeRobot GR00T parameter; None for tensors inference never reads.
     Raises ValueError for a name that is not part of GR00T N1.7."""
