@@ -251,7 +251,7 @@ def part_small(args) -> tuple[str, str]:
         torch_rounds.append(torch_runs(args, "pi0_small" if is_pi0_record(args.record) else "pi05_small",
                                        record=args.record))
     error = float(np.abs(actions[:, : case["actions"].shape[1]] - case["actions"]).max())
-    from embodied_ros.kernels._gemm import PackedWeight
+    from embodied_ros.kernels.cpu.gemm import PackedWeight
     packed = any(isinstance(w, PackedWeight) for w in model.weights.values())
     memory = {"peak_rss_mb": common.peak_rss_mb(), "rss_start_mb": rss_start,
               "weights_mib": sum(bundle.tensor_info(n).nbytes for n in bundle.weight_names) / 2**20,

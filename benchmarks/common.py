@@ -30,7 +30,7 @@ TORCH_REFERENCE_SCRIPT = BENCHMARKS_DIR / "torch_reference.py"
 DEFAULT_REFERENCE_PYTHON = "/tmp/ref_venv/bin/python"
 REFERENCE_PYTHON_ENV = "EMBODIED_ROS_REF_PYTHON"
 EXIT_REFERENCE_MISSING = 3  # torch_reference.py: torch / lerobot / diffusers not importable
-# Process-wide settings embodied_ros makes for itself (kernels/_jit.py: its OpenMP threads sleep
+# Process-wide settings embodied_ros makes for itself (kernels/cpu/jit.py: its OpenMP threads sleep
 # between regions). The PyTorch reference runs with the value this process started with instead:
 # passive waiting would slow torch's own OpenMP pool (pi05_small chunk ~80 -> ~140 ms).
 RUNTIME_ONLY_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
@@ -200,7 +200,7 @@ def runtime_products_note() -> str:
     from embodied_ros.kernels import linear
     if linear.VECTOR_GEMM:
         return (" This runtime's matrix products and attention run as numba kernels on the CPU's 16-lane vectors "
-                "(AVX-512; embodied_ros/kernels/_gemm.py), not through OpenBLAS: OPENBLAS_CORETYPE changes only "
+                "(AVX-512; embodied_ros/kernels/cpu/gemm.py), not through OpenBLAS: OPENBLAS_CORETYPE changes only "
                 "numpy's sgemm rate shown here and the PyTorch side (MKL) not at all.")
     return " This runtime's float32 matrix products run through numpy's BLAS (the CPU has no AVX-512)."
 

@@ -154,7 +154,7 @@ def cases(d: dict) -> list[Case]:
 
 
 def _to_device_args(args: tuple) -> tuple:
-    from embodied_ros.kernels._cuda_runtime import to_device
+    from embodied_ros.kernels.cuda.runtime import to_device
     return tuple(to_device(x) if isinstance(x, (np.ndarray, QuantTensor)) else x for x in args)
 
 
@@ -243,14 +243,14 @@ def _device_ms(device, call: Callable, repeats: int) -> float:
 
 
 def run_gemm_case(case: GemmCase, repeats: int, seed: int) -> dict:
-    from embodied_ros.kernels import _cuda_gemm
-    from embodied_ros.kernels._cuda_runtime import gpu, to_device
+    from embodied_ros.kernels.cuda import gemm
+    from embodied_ros.kernels.cuda.runtime import gpu, to_device
     rng = np.random.default_rng(seed)
     m, k, n = case.rows, case.n_in, case.n_out
     x, w, b = _normal(rng, m, k), _normal(rng, n, k, scale=0.02), _normal(rng, n)
     device = gpu()
     start = time.perf_counter()
-    _cuda_gemm.require_tensor_cores(device)  # raises, saying why, where they cannot run
+    gemm.require_tensor_cores(device)  # raises, saying why, where they cannot run
     result = {"case": case.name, "op": "linear", "build_s": round(time.perf_counter() - start, 3)}
 
     w_bits = _bf16_bits(w)
@@ -258,12 +258,12 @@ def run_gemm_case(case: GemmCase, repeats: int, seed: int) -> dict:
     x_d, weight_d, b_d = to_device(x), to_device(weight), to_device(b)
     y_d = device.empty((m, n), np.float32)
     w_arg = weight_d.data if case.weight == "bf16" else weight_d
-    ms = _device_ms(device, lambda: _cuda_gemm.multiply(device, x_d, w_arg, b_d, y_d), repeats)
+    ms = _device_ms(device, lambda: gemm.multiply(device, x_d, w_arg, b_d, y_d), repeats)
     y = y_d.numpy()
     linear = registry.implementations("linear")["cuda"]
-    with _cuda_gemm.use_matmul_precision("bf16"):
+    with gemm.use_matmul_precision("bf16"):
         result["linear_uses_it"] = bool(np.array_equal(linear(x_d, weight_d, b_d).numpy(), y))
-    with _cuda_gemm.use_matmul_precision("float32"):
+    with gemm.use_matmul_precision("float32"):
         result["float32_ms"] = round(_device_ms(device, lambda: linear(x_d, weight_d, b_d), repeats), 4)
     result["device_ms"] = round(ms, 4)
     result["tflops"] = round(2 * m * n * k / (ms * 1e-3) / 1e12, 2)
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.repeats < 1 or options.host_repeats < 1:
         parser.error(f"--repeats and --host-repeats must be at least 1, got {options.repeats}, {options.host_repeats}")
 
-    from embodied_ros.kernels._cuda_runtime import CudaUnavailable, prepare_gpu
+    from embodied_ros.kernels.cuda.runtime import CudaUnavailable, prepare_gpu
     start = time.perf_counter()
     try:
         device = prepare_gpu()

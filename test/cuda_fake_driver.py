@@ -1,6 +1,6 @@
 """A stand-in for `pycuda.driver` that runs launches in numba's CUDA simulator.
 
-With it the cuda backend's real launch path (`_cuda_launch.GpuDevice`) runs without a GPU: device
+With it the cuda backend's real launch path (`cuda.launch.GpuDevice`) runs without a GPU: device
 memory is host memory at made-up addresses, `module_from_buffer` keeps the PTX, and `prepared_call`
 reads the parameter buffer back at the offsets the PTX entry declares (not the packer's own idea of
 them), rebuilds each array from its data pointer, shape and strides, and runs the kernel's Python
@@ -155,8 +155,8 @@ def get_driver_version() -> int:
 
 class _Function:
     def __init__(self, ptx: str, name: str) -> None:
-        from embodied_ros.kernels._cuda_abi import entry_params
-        from embodied_ros.kernels._cuda_compile import all_kernels
+        from embodied_ros.kernels.cuda.abi import entry_params
+        from embodied_ros.kernels.cuda.compiler import all_kernels
         entry, self.params = entry_params(ptx)
         if entry != name:
             raise Error(f"cuModuleGetFunction: no entry {name!r} (the module has {entry!r})")
@@ -174,7 +174,7 @@ class _Function:
         return self
 
     def prepared_call(self, grid, block, buffer: bytes, shared_size: int = 0) -> None:
-        from embodied_ros.kernels._cuda_abi import param_offsets, unpack_arguments
+        from embodied_ros.kernels.cuda.abi import param_offsets, unpack_arguments
         _require_context("cuLaunchKernel")
         if self.format != f"{len(buffer)}s":
             raise Error(f"prepared with {self.format!r}, called with {len(buffer)} bytes")

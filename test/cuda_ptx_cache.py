@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from embodied_ros.kernels import registry
-from embodied_ros.kernels._cuda_compile import CACHE_ENV, CHECKED_ARCHITECTURES, CudaKernel, all_kernels
+from embodied_ros.kernels.cuda.compiler import CACHE_ENV, CHECKED_ARCHITECTURES, CudaKernel, all_kernels
 
 
 @functools.lru_cache(maxsize=1)

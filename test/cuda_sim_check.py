@@ -23,7 +23,7 @@ cuda_fake_driver.install()
 import numpy as np  # noqa: E402
 
 from embodied_ros.kernels import registry  # noqa: E402
-from embodied_ros.kernels._cuda_runtime import DeviceTensor, to_device  # noqa: E402
+from embodied_ros.kernels.cuda.runtime import DeviceTensor, to_device  # noqa: E402
 from embodied_ros.kernels.attention import MASKED  # noqa: E402
 from embodied_ros.kernels.quant import random_quant_tensor  # noqa: E402
 from embodied_ros.kernels.rope import rope_tables  # noqa: E402
@@ -180,7 +180,7 @@ def chain_check():
 def other_thread_check():
     """An op called from a thread other than the one that opened the GPU (as inference threads are)."""
     import threading
-    from embodied_ros.kernels._cuda_runtime import gpu
+    from embodied_ros.kernels.cuda.runtime import gpu
     gpu()  # opened (its context made current) in this thread
     x, w = normal(2, 7), normal(7)
     results = []

@@ -24,13 +24,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from embodied_ros.kernels import _cuda_gemm, _cuda_runtime, registry
-from embodied_ros.kernels._cuda_abi import module_entries, param_offsets, unpack_arguments
-from embodied_ros.kernels._cuda_compile import CACHE_ENV
-from embodied_ros.kernels._cuda_gemm import (CHECKED_ARCHITECTURES, GEMM_BF16_WEIGHT, GEMM_F32_WEIGHT, GEMM_KERNELS,
+from embodied_ros.kernels import registry
+
+from embodied_ros.kernels.cuda import gemm
+
+from embodied_ros.kernels.cuda import runtime
+from embodied_ros.kernels.cuda.abi import module_entries, param_offsets, unpack_arguments
+from embodied_ros.kernels.cuda.compiler import CACHE_ENV
+from embodied_ros.kernels.cuda.gemm import (CHECKED_ARCHITECTURES, GEMM_BF16_WEIGHT, GEMM_F32_WEIGHT, GEMM_KERNELS,
                                              PRECISION_ENV, find_nvcc, gencode_flags, launch_plan,
                                              matmul_precision, nvcc_command, use_matmul_precision)
-from embodied_ros.kernels._cuda_runtime import DeviceTensor
+from embodied_ros.kernels.cuda.runtime import DeviceTensor
 from embodied_ros.kernels.quant import random_quant_tensor
 from embodied_ros.share import share_path
 
@@ -135,7 +139,7 @@ def test_registers_and_shared_memory_fit_one_block(built, arch):
     for entry, use in report.items():
         assert use["stack"] == (0, 0, 0), f"{entry} {arch}: stack frame or spills {use}"
         per_thread = -(-use["registers"] // 8) * 8  # allocated in units of 8 per thread
-        assert per_thread * _cuda_gemm.THREADS <= REGISTERS_PER_MULTIPROCESSOR, f"{entry} {arch}: {use}"
+        assert per_thread * gemm.THREADS <= REGISTERS_PER_MULTIPROCESSOR, f"{entry} {arch}: {use}"
         assert use["shared"] == _shared_bytes() <= STATIC_SHARED_LIMIT, f"{entry} {arch}: {use}"
 
 
@@ -151,8 +155,8 @@ def _shared_bytes() -> int:
 
 def test_launcher_constants_match_the_kernel():
     c = _tiling_constants()
-    assert (c["BLOCK_M"], c["BLOCK_N"]) == (_cuda_gemm.BLOCK_M, _cuda_gemm.BLOCK_N)
-    assert 32 * c["WARPS_M"] * c["WARPS_N"] == _cuda_gemm.THREADS == GEMM_F32_WEIGHT.threads
+    assert (c["BLOCK_M"], c["BLOCK_N"]) == (gemm.BLOCK_M, gemm.BLOCK_N)
+    assert 32 * c["WARPS_M"] * c["WARPS_N"] == gemm.THREADS == GEMM_F32_WEIGHT.threads
     assert "constexpr int SMEM_K = BLOCK_K + 8;" in (SOURCE.parent / "gemm_tiling.cuh").read_text()
 
 
@@ -174,9 +178,9 @@ def test_packed_buffer_matches_the_ptx_entries(built):
 def test_launch_plan_covers_every_output_once(m, n, k):
     plan = launch_plan(m, n, k)
     gx, gy, gz = plan.grid
-    assert (gx - 1) * _cuda_gemm.BLOCK_M < m <= gx * _cuda_gemm.BLOCK_M
-    assert (gy - 1) * _cuda_gemm.BLOCK_N < n <= gy * _cuda_gemm.BLOCK_N
-    assert gz == 1 and plan.block == (_cuda_gemm.THREADS, 1, 1) and plan.shared_bytes == 0
+    assert (gx - 1) * gemm.BLOCK_M < m <= gx * gemm.BLOCK_M
+    assert (gy - 1) * gemm.BLOCK_N < n <= gy * gemm.BLOCK_N
+    assert gz == 1 and plan.block == (gemm.THREADS, 1, 1) and plan.shared_bytes == 0
 
 
 @pytest.mark.parametrize("m,n,k,message", [(0, 5, 5, "at least 1"), (3, 2 ** 31, 4, "below 2"),
@@ -247,8 +251,8 @@ def test_runtime_build_goes_to_the_cache_once(tmp_path, monkeypatch):
         builds.extend(c for c in command if c == "-fatbin")
         return real_run(command, *args, **kwargs)
 
-    monkeypatch.setattr(_cuda_gemm.subprocess, "run", counting_run)
-    path = _cuda_gemm.build("gemm.cu", (8, 7))
+    monkeypatch.setattr(gemm.subprocess, "run", counting_run)
+    path = gemm.build("gemm.cu", (8, 7))
     assert path.parent == tmp_path and path.name.startswith("gemm.sm_87.") and path.suffix == ".fatbin"
     assert path.stat().st_size > 0 and builds == ["-fatbin"]
     assert GEMM_F32_WEIGHT.image((8, 7)) == path.read_bytes() and builds == ["-fatbin"]
@@ -256,9 +260,9 @@ def test_runtime_build_goes_to_the_cache_once(tmp_path, monkeypatch):
 
 
 def test_without_nvcc_the_build_says_so(monkeypatch):
-    monkeypatch.setattr(_cuda_gemm, "find_nvcc", lambda: None)
-    with pytest.raises(_cuda_gemm.TensorCoresUnavailable, match="nvcc was not found"):
-        _cuda_gemm.build("gemm.cu", (9, 0))
+    monkeypatch.setattr(gemm, "find_nvcc", lambda: None)
+    with pytest.raises(gemm.TensorCoresUnavailable, match="nvcc was not found"):
+        gemm.build("gemm.cu", (9, 0))
 
 
 # ---- the precision setting ----------------------------------------------------------------------
@@ -329,7 +333,7 @@ class RecordingDevice:
 @pytest.fixture
 def device(monkeypatch):
     recording = RecordingDevice()
-    monkeypatch.setattr(_cuda_runtime, "_gpu", recording)
+    monkeypatch.setattr(runtime, "_gpu", recording)
     monkeypatch.delenv(PRECISION_ENV, raising=False)
     return recording
 
@@ -376,9 +380,9 @@ def test_linear_on_device_tensors_writes_its_result_in_place(device):
     """Device tensors in, device tensors out, nothing through the host: the float32 product writes the
     result directly, and so does the tensor-core product in bf16 precision (a bf16 weight read as stored)."""
     rng = np.random.default_rng(4)
-    x, w, b = (_cuda_runtime.to_device(rng.standard_normal(shape, dtype=np.float32))
+    x, w, b = (runtime.to_device(rng.standard_normal(shape, dtype=np.float32))
                for shape in ((200, 64), (96, 64), (96,)))
-    bf16_weight = _cuda_runtime.to_device(random_quant_tensor(rng, "bf16", (40, 64)))
+    bf16_weight = runtime.to_device(random_quant_tensor(rng, "bf16", (40, 64)))
     results = [_linear(x, w, b)]
     with use_matmul_precision("bf16"):
         results += [_linear(x, w, b), _linear(x, bf16_weight)]
@@ -400,24 +404,24 @@ def test_linear_on_device_tensors_writes_its_result_in_place(device):
 def test_bf16_falls_back_to_float32_with_a_log_line(monkeypatch, caplog, cc, missing_nvcc, reason):
     recording = RecordingDevice(cc)
     recording.load_native = lambda kernels: [k.image(cc) for k in kernels]  # builds, as the launcher does
-    monkeypatch.setattr(_cuda_runtime, "_gpu", recording)
+    monkeypatch.setattr(runtime, "_gpu", recording)
     if missing_nvcc:
-        monkeypatch.setattr(_cuda_gemm, "find_nvcc", lambda: None)
+        monkeypatch.setattr(gemm, "find_nvcc", lambda: None)
     rng = np.random.default_rng(3)
-    with caplog.at_level(logging.WARNING, logger=_cuda_gemm.__name__), use_matmul_precision("bf16"):
+    with caplog.at_level(logging.WARNING, logger=gemm.__name__), use_matmul_precision("bf16"):
         for _ in range(2):
             _linear(rng.standard_normal((256, 32), dtype=np.float32), rng.standard_normal((16, 32), dtype=np.float32))
     assert [name for name, _, _ in recording.launches] == ["matmul_nt", "matmul_nt"]
-    warnings = [r.getMessage() for r in caplog.records if r.name == _cuda_gemm.__name__]
+    warnings = [r.getMessage() for r in caplog.records if r.name == gemm.__name__]
     assert len(warnings) == 1 and "run in float32 instead" in warnings[0] and reason in warnings[0]
 
 
 def test_tensor_core_product_checks_its_arguments(device):
     x, y = device.empty((4, 8), np.float32), device.empty((4, 5), np.float32)
     with pytest.raises(ValueError, match="does not fit x of shape"):
-        _cuda_gemm.multiply(device, x, device.empty((5, 7), np.float32), None, y)
+        gemm.multiply(device, x, device.empty((5, 7), np.float32), None, y)
     with pytest.raises(ValueError, match=r"bias float32 \(4,\); expected float32 \(5,\)"):
-        _cuda_gemm.multiply(device, x, device.empty((5, 16), np.uint8), device.empty((4,), np.float32), y)
+        gemm.multiply(device, x, device.empty((5, 16), np.uint8), device.empty((4,), np.float32), y)
     assert not device.launches
 
 
@@ -495,7 +499,7 @@ class ModelGpu:
 def test_device_check_tensor_core_cases_pass_on_the_host_model(built, tmp_path, monkeypatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     stand_in = ModelGpu(built.dir / "model", tmp_path)
-    monkeypatch.setattr(_cuda_runtime, "_gpu", stand_in)
+    monkeypatch.setattr(runtime, "_gpu", stand_in)
     cases = gpu_check.gemm_cases(gpu_check.TINY)
     assert [c.weight for c in cases] == ["float32", "bf16"] * 3 and min(c.rows for c in cases) >= 128
     for case in cases:

@@ -15,9 +15,9 @@ import pytest
 from numba.core import types
 
 from cuda_ptx_cache import compiled_cache, kernels
-from embodied_ros.kernels._cuda_abi import (Param, abi_params, buffer_size, entry_params, pack_arguments,
+from embodied_ros.kernels.cuda.abi import (Param, abi_params, buffer_size, entry_params, pack_arguments,
                                             param_offsets, unpack_arguments)
-from embodied_ros.kernels._cuda_compile import CHECKED_ARCHITECTURES
+from embodied_ros.kernels.cuda.compiler import CHECKED_ARCHITECTURES
 
 
 def _kernel_ids():

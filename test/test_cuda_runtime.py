@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from embodied_ros.kernels import registry
-from embodied_ros.kernels._cuda_compile import CACHE_ENV, CudaKernel, _cache_path, cache_dir
-from embodied_ros.kernels._cuda_runtime import CudaUnavailable, DeviceTensor, gpu
+from embodied_ros.kernels.cuda.compiler import CACHE_ENV, CudaKernel, _cache_path, cache_dir
+from embodied_ros.kernels.cuda.runtime import CudaUnavailable, DeviceTensor, gpu
 from embodied_ros.kernels.quant import random_quant_tensor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_kernel_modules_import_without_pycuda_and_open_no_gpu():
     code = ("import sys; from embodied_ros.kernels import registry; registry.KernelSet('cuda'); "
-            "print(sorted(m for m in sys.modules if m.startswith('pycuda') or m.endswith('_cuda_launch')))")
+            "print(sorted(m for m in sys.modules if m.startswith('pycuda') or m.endswith('kernels.cuda.launch')))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -58,25 +58,25 @@ def test_products_without_vector_units_match_reference(op, monkeypatch):
 def test_vector_product_row_tiles_and_blocks(rows):
     """Every register-tile height, several row blocks, several panel blocks and a partial last panel,
     depth over several blocks (float32 packed per call, packed once, q4_k), rows read at a stride."""
-    from embodied_ros.kernels import _gemm
+    from embodied_ros.kernels.cpu import gemm
     from embodied_ros.kernels.quant import dequantize, random_quant_tensor
     rng = np.random.default_rng(rows)
-    depth, n_out = 2 * _gemm.DEPTH_BLOCK + 256, (_gemm.PANEL_BLOCK + 1) * _gemm.PANEL + 5
+    depth, n_out = 2 * gemm.DEPTH_BLOCK + 256, (gemm.PANEL_BLOCK + 1) * gemm.PANEL + 5
     wide = rng.standard_normal((rows, depth + 3), dtype=np.float32)
     x = wide[:, 1:depth + 1]  # rows at a stride
     w = rng.standard_normal((n_out, depth), dtype=np.float32) * 0.05
     bias = rng.standard_normal(n_out, dtype=np.float32)
     quantized = random_quant_tensor(rng, "q4_k", (n_out, depth))
-    cases = [(w, w), (_gemm.pack_weight(w), w), (quantized, dequantize(quantized))]
+    cases = [(w, w), (gemm.pack_weight(w), w), (quantized, dequantize(quantized))]
     for weight, dense in cases:
         expected = x.astype(np.float64) @ dense.astype(np.float64).T + bias
-        np.testing.assert_allclose(_gemm.matmul(x, weight, bias), expected, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(gemm.matmul(x, weight, bias), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_vector_attention_head_layouts_and_key_parts():
     """One kv head (rows = query heads), one kv head per query head, grouped heads; keys in two parts,
     more than one 32-key panel and a head width that is not a multiple of 32."""
-    from embodied_ros.kernels import _vector_attention
+    from embodied_ros.kernels.cpu import vector_attention
     from embodied_ros.kernels.attention import attention as reference
     rng = np.random.default_rng(5)
     for n_heads, n_kv, width in ((8, 1, 48), (3, 3, 40), (4, 2, 64)):
@@ -85,6 +85,25 @@ def test_vector_attention_head_layouts_and_key_parts():
         bias = np.where(rng.random((37, 70)) < 0.2, np.float32(-1e30), np.float32(0)).astype(np.float32)
         bias[:, 0] = 0
         for workers in (1, 2):
-            got = _vector_attention.attend(q, (k[:50], k[50:]), (v[:50], v[50:]), bias, np.zeros(0, np.float32),
+            got = vector_attention.attend(q, (k[:50], k[50:]), (v[:50], v[50:]), bias, np.zeros(0, np.float32),
                                            workers)
             np.testing.assert_allclose(got, reference(q, k, v, bias), rtol=1e-4, atol=2e-5)
+
+
+def test_every_op_module_is_in_the_registry_table_and_registers_ops():
+    import importlib
+    import inspect
+    import pkgutil
+    from pathlib import Path
+
+    import embodied_ros.kernels as package
+
+    folder = Path(package.__file__).parent
+    top_level = {info.name for info in pkgutil.iter_modules([str(folder)]) if not info.ispkg} - {"registry"}
+    assert top_level == {name for name in registry.OP_MODULES if "." not in name}
+    registry.ops()
+    for name in registry.OP_MODULES:
+        module = importlib.import_module(f"embodied_ros.kernels.{name}")
+        registered = {fn.__module__ for by_backend in registry._IMPLEMENTATIONS.values() for fn in by_backend.values()
+                      if inspect.getmodule(fn) is module}
+        assert registered, f"kernels/{name.replace('.', '/')}.py registers no op"

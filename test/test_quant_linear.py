@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from embodied_ros.bundle import BundleWriter, open_bundle
-from embodied_ros.kernels import KernelSet, _gemm, _vector_attention, _vector_ir
+from embodied_ros.kernels import KernelSet
+from embodied_ros.kernels.cpu import gemm
+from embodied_ros.kernels.cpu import vector_attention
+from embodied_ros.kernels.cpu import vector_ir
 from embodied_ros.kernels import linear as linear_module
 from embodied_ros.kernels import quant as quant_module
 from embodied_ros.kernels.linear import FUSED_MAX_ROWS, linear, linear_numba
@@ -87,7 +90,7 @@ def test_kernel_set_runs_bundle_weights_of_every_type(tmp_path, backend):
 
 
 def test_compiled_kernels_release_the_gil():
-    dispatchers = [value for module in (quant_module, linear_module, _gemm, _vector_attention, _vector_ir)
+    dispatchers = [value for module in (quant_module, linear_module, gemm, vector_attention, vector_ir)
                    for value in vars(module).values()
                    if isinstance(value, numba.core.registry.CPUDispatcher)]
     assert len(dispatchers) >= 5

@@ -11,9 +11,9 @@ from embodied_ros.bundle import memory
 from embodied_ros.bundle.memory import BundleMemoryError, available_memory, check_fits
 from embodied_ros.kernels import KernelSet
 from embodied_ros.kernels import linear as linear_module
-from embodied_ros.kernels._bf16_gemm import Bf16Weight
-from embodied_ros.kernels._gemm import PackedWeight
-from embodied_ros.kernels._int8_gemm import Q8Weight
+from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight
+from embodied_ros.kernels.cpu.gemm import PackedWeight
+from embodied_ros.kernels.cpu.int8_gemm import Q8Weight
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.backbone.paligemma import prepare_weights
 from embodied_ros.models.pi05.weights import is_linear_weight

@@ -26,7 +26,7 @@ import numpy as np
 
 from embodied_ros.backbone.checks import positive, require
 from embodied_ros.backbone.prefix_cache import PrefixCacheBuilder
-from embodied_ros.kernels._gemm import PANEL, PackedWeight, pack_weight
+from embodied_ros.kernels.linear import PANEL, PackedWeight, pack_weight
 from embodied_ros.kernels.linear_bf16 import Bf16Weight, to_bf16_weight
 from embodied_ros.kernels.linear_int8 import Q8Weight, pack_q8_0
 from embodied_ros.kernels.quant import QuantTensor

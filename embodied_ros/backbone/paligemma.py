@@ -79,7 +79,7 @@ class PaliGemmaPrefix:
                  is_linear_weight: Callable[[str], bool]) -> None:
         self.config = config
         self.ks = KernelSet(backend)
-        reuse_freed_memory()  # each step reuses the previous step's array memory (kernels/_allocator.py)
+        reuse_freed_memory()  # each step reuses the previous step's array memory (kernels/cpu/allocator.py)
         self.weights = prepare_weights(weights, is_linear_weight, pack=backend == "numba")
         self.vision_layers = stack_layers(self.weights, "vision", config.vision.depth)
         self.lm_layers = [gemma.with_kv_rows(config.lm, w)

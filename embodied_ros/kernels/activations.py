@@ -8,7 +8,7 @@ gelu_tanh_glu(gu)     = gelu_tanh_mul(gu[:, :F], gu[:, F:]) for gu = [gate | up]
 
 The numba kernels fuse the whole expression into one vectorized pass over memory, in the
 equivalent form x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) with the vectorizable exp of
-`_vector_math`.
+`cpu/vector_math.py`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from embodied_ros.kernels._jit import jit
-from embodied_ros.kernels._vector_math import exp_f32
+from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.vector_math import exp_f32
 from embodied_ros.kernels.registry import kernel, reference
 
 _SQRT_2_OVER_PI = np.float32(math.sqrt(2.0 / math.pi))

@@ -12,11 +12,11 @@ cached_attention  a few new tokens reading [cached prefix ; themselves]: the act
                   new token reads every new token (no causal mask).
 
 The numba kernels, on CPUs with AVX-512, run the whole attention on the register tiles of the
-matrix product, a few query rows at a time in one parallel region (`_vector_attention.py`).
+matrix product, a few query rows at a time in one parallel region (`vector_attention.py`).
 Elsewhere they leave the two matrix products to BLAS (queries of all heads sharing a kv head form
 one matrix, so a single kv head means one GEMM for all scores) and fuse scaling, masking and the
 softmax's exponentials into one numba pass over the scores, with the vectorizable exp of
-`_vector_math`; the 1/sum of each row scales the (shorter) rows of the result.
+`cpu/vector_math.py`; the 1/sum of each row scales the (shorter) rows of the result.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import threading
 import numba
 import numpy as np
 
-from embodied_ros.kernels import _vector_attention
-from embodied_ros.kernels._jit import jit, vector_units_available
-from embodied_ros.kernels._vector_attention import softmax_numerators
+from embodied_ros.kernels.cpu import vector_attention
+from embodied_ros.kernels.cpu.jit import jit, vector_units_available
+from embodied_ros.kernels.cpu.vector_attention import softmax_numerators
 from embodied_ros.kernels.registry import kernel, reference
 
 MASKED = np.float32(-2.3819763e38)  # the additive mask value of the reference (finite, not -inf)
-VECTOR_ATTENTION = vector_units_available()  # _vector_attention.py; elsewhere BLAS products
+VECTOR_ATTENTION = vector_units_available()  # vector_attention.py; elsewhere BLAS products
 
 
 def _check_heads(op: str, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
@@ -168,7 +168,7 @@ def attention_numba(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarra
         bias = np.ascontiguousarray(np.broadcast_to(bias, (q.shape[0], k.shape[0])), dtype=np.float32)
     if VECTOR_ATTENTION:
         empty = k[:0]
-        return _vector_attention.attend(_float32(q), (_float32(k), empty), (_float32(v), empty), bias, _NO_BIAS_1D,
+        return vector_attention.attend(_float32(q), (_float32(k), empty), (_float32(v), empty), bias, _NO_BIAS_1D,
                                         numba.get_num_threads())
     return _grouped(q, k, v, bias, _NO_BIAS_1D)
 
@@ -182,7 +182,7 @@ def cached_attention_numba(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarr
     if cache_bias is not None:
         key_bias = np.concatenate([cache_bias, np.zeros(k_new.shape[0], np.float32)]).astype(np.float32)
     if VECTOR_ATTENTION:
-        return _vector_attention.attend(_float32(q), (_float32(k_cache), _float32(k_new)),
+        return vector_attention.attend(_float32(q), (_float32(k_cache), _float32(k_new)),
                                         (_float32(v_cache), _float32(v_new)), _NO_BIAS_2D, key_bias,
                                         numba.get_num_threads())
     return _grouped(q, np.concatenate([k_cache, k_new]), np.concatenate([v_cache, v_new]), _NO_BIAS_2D, key_bias)

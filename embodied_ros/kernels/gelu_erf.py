@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels.cpu.jit import jit
 from embodied_ros.kernels.registry import kernel, reference
 
 _ERF = np.vectorize(math.erf, otypes=[np.float64])

@@ -2,7 +2,8 @@
 
 `linear(x, w, b)` is the one entry point for every weight type a bundle hands out:
   float32 ndarray      a float32 matrix
-  PackedWeight         a float32 matrix packed once into the panels the CPU product reads
+  PackedWeight         a float32 matrix packed once into the panels the CPU product reads, PANEL rows
+                       each (`pack_weight`; this module exports both for code that slices weights)
                        (`pack_for_products`; pi0.5 packs its weights at start-up)
   Bf16Weight           bf16 pairs packed into panels (`pack_for_products` makes them from BF16
                        weights where the CPU has AVX512-BF16): bf16 products, float32 sums
@@ -14,7 +15,7 @@
 x may have any leading dimensions: [..., in] -> [..., out].
 
 The numba implementation, where the CPU has 16-lane vectors (AVX-512; `VECTOR_GEMM`), runs every
-weight type through one blocked product on those vectors (`_gemm.py`): 2-3x numpy's OpenBLAS when
+weight type through one blocked product on those vectors (`gemm.py`): 2-3x numpy's OpenBLAS when
 OpenBLAS runs its 8-lane kernels (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU), and quantized
 blocks decoded into a packed block in cache, read once per product. Elsewhere:
   - float32: numpy matmul (BLAS);
@@ -32,13 +33,13 @@ import threading
 import numba
 import numpy as np
 
-from embodied_ros.kernels import _gemm
-from embodied_ros.kernels._bf16_gemm import Bf16Weight, pack_bf16
-from embodied_ros.kernels._gemm import PackedWeight, pack_weight
-from embodied_ros.kernels._jit import jit, vector_units_available
+from embodied_ros.kernels.cpu import gemm
+from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, pack_bf16
+from embodied_ros.kernels.cpu.gemm import PANEL, PackedWeight, pack_weight
+from embodied_ros.kernels.cpu.int8_gemm import Q8Weight, pack_q8_0
+from embodied_ros.kernels.cpu.jit import jit, vector_units_available
 from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, dequantize, dequantize_rows_into,
                                         q4_k_decode_row, q8_0_decode_row, random_quant_tensor)
-from embodied_ros.kernels._int8_gemm import Q8Weight, pack_q8_0
 from embodied_ros.kernels.linear_bf16 import BF16_PRODUCTS, linear_bf16_numba
 from embodied_ros.kernels.linear_int8 import INT8_PRODUCTS, linear_int8_numba
 from embodied_ros.kernels.registry import kernel, reference
@@ -144,7 +145,7 @@ def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) 
         return linear_int8_numba(x, weight, bias)
     rows = x.reshape(-1, weight.shape[1])
     if VECTOR_GEMM or isinstance(weight, PackedWeight):
-        y = _gemm.matmul(rows, _gemm_weight(weight), bias)
+        y = gemm.matmul(rows, _gemm_weight(weight), bias)
     elif not isinstance(weight, QuantTensor):
         return linear(x, weight, bias)
     else:

@@ -1,7 +1,7 @@
 """Linear layers with bfloat16 products: y = x @ W^T + b, W a `Bf16Weight`, sums in float32.
 
 The reference rounds x to bf16 (nearest even), as the kernel does, and multiplies the bf16 values
-in float64; the numba kernel runs `vdpbf16ps` (kernels/_bf16_gemm.py) where the CPU has
+in float64; the numba kernel runs `vdpbf16ps` (kernels/cpu/bf16_gemm.py) where the CPU has
 AVX512-BF16 (`BF16_PRODUCTS`), else the same math through numpy. `ks.linear` sends every
 Bf16Weight here; `pack_for_products` makes them from BF16 weights where the CPU has the instruction.
 """
@@ -12,9 +12,9 @@ import os
 
 import numpy as np
 
-from embodied_ros.kernels._bf16_gemm import (Bf16Weight, bf16_bits, bf16_products_available, matmul_bf16,  # noqa: F401
+from embodied_ros.kernels.cpu.bf16_gemm import (Bf16Weight, bf16_bits, bf16_products_available, matmul_bf16,  # noqa: F401
                                               pack_bf16)
-from embodied_ros.kernels._jit import vector_units_available
+from embodied_ros.kernels.cpu.jit import vector_units_available
 from embodied_ros.kernels.registry import kernel, reference
 
 # EMBODIED_ROS_BF16_PRODUCTS=0 keeps today's float32 products (with 16-bit weights decoded as packed)

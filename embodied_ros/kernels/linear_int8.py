@@ -1,6 +1,6 @@
 """Linear layers with int8 dot products for Q8_0 weights: y = x @ W^T + b, W a `Q8Weight`.
 
-x is quantized per 32-wide block as llama.cpp's CPU backend does for Q8_0 (kernels/_int8_gemm.py);
+x is quantized per 32-wide block as llama.cpp's CPU backend does for Q8_0 (kernels/cpu/int8_gemm.py);
 each block's int8 sum is exact, then scaled by d_w * d_x and summed in float32. The reference
 quantizes x the same way in numpy and sums in float64; the numba kernel runs `vpdpbusd` where the
 CPU has AVX512-VNNI (`INT8_PRODUCTS`), else the reference. `pack_for_products` makes Q8Weights
@@ -13,9 +13,9 @@ import os
 
 import numpy as np
 
-from embodied_ros.kernels._int8_gemm import (Q8Weight, int8_products_available, matmul_q8,  # noqa: F401
+from embodied_ros.kernels.cpu.int8_gemm import (Q8Weight, int8_products_available, matmul_q8,  # noqa: F401
                                              pack_q8_0, quantize_activations)
-from embodied_ros.kernels._jit import vector_units_available
+from embodied_ros.kernels.cpu.jit import vector_units_available
 from embodied_ros.kernels.quant import random_quant_tensor
 from embodied_ros.kernels.registry import kernel, reference
 

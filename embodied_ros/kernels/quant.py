@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels.cpu.jit import jit
 from embodied_ros.kernels.registry import kernel, reference
 
 

@@ -14,13 +14,17 @@ compilation happens inside a control step.
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 BACKENDS = ("numpy", "numba", "cuda")
+# The modules that register ops, loaded once by `_load`: each public op module holds an op's numpy
+# reference and its numba kernel (their machinery is in cpu/); cuda/ holds the CUDA implementations.
+OP_MODULES = ("activations", "attention", "gelu_erf", "linear", "linear_bf16", "linear_int8", "modulation", "norms",
+              "qk_norm", "quant", "rope", "rope3d", "silu",
+              "cuda.attention", "cuda.elementwise", "cuda.linear", "cuda.norms", "cuda.rope")
 
 
 @dataclass(frozen=True)
@@ -67,19 +71,14 @@ def kernel(op: str, backend: str):
 
 
 def _load() -> None:
-    """Import every kernel module of this package once; registering is a side effect of the import.
-
-    Every module in embodied_ros/kernels/ except this one and private (`_`) ones defines kernels, so
-    a new kernel file needs no edit here. A module must import cheaply and without a GPU: backends
-    that need hardware check for it when their kernel first runs, not at import.
-    """
+    """Import every module of OP_MODULES once; registering is a side effect of the import. A module
+    must import cheaply and without a GPU: backends that need hardware check for it when their
+    kernel first runs, not at import."""
     global _loaded
     if _loaded:
         return
-    package = importlib.import_module("embodied_ros.kernels")
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name != "registry" and not info.name.startswith("_"):
-            importlib.import_module(f"embodied_ros.kernels.{info.name}")
+    for name in OP_MODULES:
+        importlib.import_module(f"embodied_ros.kernels.{name}")
     _loaded = True
     missing = sorted(set(_IMPLEMENTATIONS) - set(_REFERENCES))
     if missing:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels.cpu.jit import jit
 from embodied_ros.kernels.modulation import PARALLEL_MIN_ELEMENTS
 from embodied_ros.kernels.registry import kernel, reference
 

@@ -5,15 +5,15 @@ silu_glu(gu)     = silu(gu[:, :F]) * gu[:, F:] for gu = [gate | up] of one stack
                    (Llama / SmolLM2 MLP: down(silu(gate(h)) * up(h)))
 
 The numba kernels make one vectorized pass over contiguous rows with the vectorizable exp of
-`_vector_math`, as the GELU kernels of activations.py do.
+`cpu/vector_math.py`, as the GELU kernels of activations.py do.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from embodied_ros.kernels._jit import jit
-from embodied_ros.kernels._vector_math import exp_f32
+from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.vector_math import exp_f32
 from embodied_ros.kernels.registry import kernel, reference
 
 

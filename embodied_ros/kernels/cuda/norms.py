@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 
-from embodied_ros.kernels._cuda_compile import cuda, cuda_kernel
-from embodied_ros.kernels._cuda_device import MAX_THREADS, block_sum
-from embodied_ros.kernels._cuda_runtime import gpu, nothing, on_device, returned
+from embodied_ros.kernels.cuda.compiler import cuda, cuda_kernel
+from embodied_ros.kernels.cuda.device import MAX_THREADS, block_sum
+from embodied_ros.kernels.cuda.runtime import gpu, nothing, on_device, returned
 from embodied_ros.kernels.registry import kernel
 
 _ROW = "float32[:, ::1]"

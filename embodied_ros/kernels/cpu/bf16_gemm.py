@@ -3,7 +3,7 @@
 A weight is packed once into panels of 32 output features whose elements are pairs of bf16 values
 along k, [panels, k / 2, 32] uint32 (`Bf16Weight`): one 32-bit pair is what the instruction
 multiplies per lane, w[j, 2i] * x[2i] + w[j, 2i + 1] * x[2i + 1], added to a float32 sum. x is
-rounded to bf16 pairs once per product. The register tile is the float32 one's (kernels/_gemm.py):
+rounded to bf16 pairs once per product. The register tile is the float32 one's (kernels/cpu/gemm.py):
 up to 10 rows of x by one panel, 20 accumulator vectors, each x pair broadcast, each panel row
 loaded once per tile; a panel row covers two k values, so a tile does twice the work of a float32
 one per instruction and reads half the bytes.
@@ -21,8 +21,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from embodied_ros.kernels._jit import jit
-from embodied_ros.kernels._vector_ir import LANES, PANEL
+from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL
 
 MAX_ROWS = 10
 DEPTH_BLOCK = 256  # k pairs per pass over a panel: 256 x 32 pairs = 32 KiB, in L1

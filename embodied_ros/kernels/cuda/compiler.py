@@ -5,7 +5,7 @@ the signature fixes every argument's type (float32 C-contiguous arrays of a give
 each kernel has exactly one compiled form per GPU architecture. Nothing is compiled at import:
 `CudaKernel.ptx(cc)` runs numba's `compile_ptx` for compute capability `cc` on first use and keeps
 the PTX in memory and in a disk cache (`cache_dir()`), so a robot compiles each kernel once, ever.
-The PTX is loaded and launched by pycuda (`_cuda_launch.py`); numba's own driver is never used.
+The PTX is loaded and launched by pycuda (`cuda/launch.py`); numba's own driver is never used.
 
 In numba's CUDA simulator (`NUMBA_ENABLE_CUDASIM=1`, set before numba.cuda is imported) the same
 Python functions run on the CPU, which is how the kernels are tested on machines without a GPU.

@@ -20,7 +20,7 @@ once per product, never written out as float32.
     _panel_rows     every row tile of a row block against one panel L1/L2: panel, L2: rows of x
     _worker         blocks of panels x blocks of k x blocks of rows L2: packed block
 
-Packing transposes 16 x 16 blocks with vector shuffles (`_vector_ir.py`); q4_k blocks are decoded
+Packing transposes 16 x 16 blocks with vector shuffles (`cpu/vector_ir.py`); q4_k blocks are decoded
 straight into panel order, other quantized rows 256 weights at a time into an L1 buffer first, and
 the next block's bytes are prefetched while the current one is multiplied. Measured on the 2-core
 development machine (OPENBLAS_CORETYPE=Haswell, 2 threads), against numpy: 50 x 192 -> 1536
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from embodied_ros.kernels._jit import jit
-from embodied_ros.kernels._vector_ir import (LANES, PANEL, prefetch, q4_k_block_to_panel, tile, transpose16,
+from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.vector_ir import (LANES, PANEL, prefetch, q4_k_block_to_panel, tile, transpose16,
                                              bytes_at, floats_at)
-from embodied_ros.kernels._vector_math import _float32_from_bits
+from embodied_ros.kernels.cpu.vector_math import _float32_from_bits
 from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, f16_at, q4_k_decode_row, q4_k_scale_min,
                                         q8_0_decode_row)
 

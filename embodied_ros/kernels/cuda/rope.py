@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from embodied_ros.kernels._cuda_compile import cuda, cuda_kernel
-from embodied_ros.kernels._cuda_runtime import blocks_for, gpu, on_device, returned
+from embodied_ros.kernels.cuda.compiler import cuda, cuda_kernel
+from embodied_ros.kernels.cuda.runtime import blocks_for, gpu, on_device, returned
 from embodied_ros.kernels.registry import kernel
 
 THREADS = 256

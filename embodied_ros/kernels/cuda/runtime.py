@@ -98,15 +98,15 @@ _gpu_lock = threading.Lock()
 
 
 def gpu():
-    """The process's GPU (a `_cuda_launch.GpuDevice`), opened on first use."""
+    """The process's GPU (a `launch.GpuDevice`), opened on first use."""
     global _gpu
     with _gpu_lock:
         if _gpu is None:
             try:
-                from embodied_ros.kernels import _cuda_launch
+                from embodied_ros.kernels.cuda import launch
             except ImportError as error:
                 raise CudaUnavailable(f"{INSTALL_HINT}; importing pycuda failed: {error}") from error
-            _gpu = _cuda_launch.GpuDevice()
+            _gpu = launch.GpuDevice()
         return _gpu
 
 
@@ -117,15 +117,16 @@ def prepare_gpu(tensor_cores: bool | None = None):
     tensor_cores: also build and load the tensor-core products (kernels/gemm.cu): True requires them
     (`TensorCoresUnavailable` if impossible), None loads them when the matmul precision is "bf16" (and
     logs why not, if they cannot be), False leaves them to first use."""
-    from embodied_ros.kernels import _cuda_gemm, registry
-    from embodied_ros.kernels._cuda_compile import all_kernels
+    from embodied_ros.kernels import registry
+    from embodied_ros.kernels.cuda import gemm
+    from embodied_ros.kernels.cuda.compiler import all_kernels
     registry.ops()  # imports the kernel modules, which declare the kernels
     device = gpu()
     device.load(all_kernels())
     if tensor_cores:
-        _cuda_gemm.require_tensor_cores(device)
-    elif tensor_cores is None and _cuda_gemm.matmul_precision() == "bf16":
-        _cuda_gemm.tensor_cores(device)
+        gemm.require_tensor_cores(device)
+    elif tensor_cores is None and gemm.matmul_precision() == "bf16":
+        gemm.tensor_cores(device)
     return device
 
 

@@ -13,7 +13,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels.cpu.jit import jit
 
 _LOG2E = np.float32(1.4426950408889634)
 _LN2_HI = np.float32(0.693145751953125)  # ln 2 split so that k * _LN2_HI is exact for |k| < 2^8

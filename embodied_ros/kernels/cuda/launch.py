@@ -1,10 +1,10 @@
 """The only code of the cuda backend that talks to a GPU: pycuda's driver API.
 
-Imported on the first GPU call (`_cuda_runtime.gpu()`), never by the registry. A `GpuDevice` holds
+Imported on the first GPU call (`cuda.runtime.gpu()`), never by the registry. A `GpuDevice` holds
 the primary context of one GPU, a memory pool, and the kernels loaded so far: each kernel's PTX for
 this GPU's compute capability (`CudaKernel.ptx`) is loaded with `module_from_buffer` (the driver
-JIT-compiles it) and launched with a parameter buffer in numba's kernel ABI (`_cuda_abi`). Kernels
-written in CUDA C (`_cuda_gemm.NativeKernel`) come as a fatbin that nvcc built for this GPU, loaded
+JIT-compiles it) and launched with a parameter buffer in numba's kernel ABI (`cuda/abi.py`). Kernels
+written in CUDA C (`cuda.gemm.NativeKernel`) come as a fatbin that nvcc built for this GPU, loaded
 the same way, and take a buffer of plain C parameters. Launches go to the default stream, so copies
 back to the host wait for them. A CUDA context is current per thread: every call makes the GPU's
 primary context current in the calling thread first, so ops may run in any thread (e.g. inference
@@ -19,9 +19,9 @@ import threading
 
 import numpy as np
 
-from embodied_ros.kernels._cuda_abi import buffer_size, entry_params, pack_arguments
-from embodied_ros.kernels._cuda_compile import CudaKernel
-from embodied_ros.kernels._cuda_runtime import INSTALL_HINT, CudaUnavailable, DeviceTensor
+from embodied_ros.kernels.cuda.abi import buffer_size, entry_params, pack_arguments
+from embodied_ros.kernels.cuda.compiler import CudaKernel
+from embodied_ros.kernels.cuda.runtime import INSTALL_HINT, CudaUnavailable, DeviceTensor
 
 try:
     import pycuda.driver as driver
@@ -129,7 +129,7 @@ class GpuDevice:
         return function
 
     def launch_native(self, kernel, grid, block, buffer: bytes, shared_bytes: int = 0) -> None:
-        """Run an entry of a CUDA C module (`_cuda_gemm.NativeKernel`); buffer: its packed parameters."""
+        """Run an entry of a CUDA C module (`cuda.gemm.NativeKernel`); buffer: its packed parameters."""
         if int(np.prod(_dim3(block))) > kernel.threads:
             raise ValueError(f"{kernel.name} is built for blocks of at most {kernel.threads} threads, got {block}")
         self._make_current()

@@ -1,4 +1,4 @@
-"""Softmax attention on the register tiles of `_gemm.py`: scores, softmax and weighted sum of a
+"""Softmax attention on the register tiles of `cpu/gemm.py`: scores, softmax and weighted sum of a
 few query rows at a time, in one parallel region, without BLAS.
 
 Rows: the query heads that share one kv head, (query i, head g of the group) in that order, so
@@ -24,10 +24,10 @@ import threading
 import numba
 import numpy as np
 
-from embodied_ros.kernels._gemm import MAX_ROWS, ZERO_BIAS, tile_rows
-from embodied_ros.kernels._jit import jit
-from embodied_ros.kernels._vector_ir import LANES, PANEL, floats_at, transpose16
-from embodied_ros.kernels._vector_math import exp_f32
+from embodied_ros.kernels.cpu.gemm import MAX_ROWS, ZERO_BIAS, tile_rows
+from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL, floats_at, transpose16
+from embodied_ros.kernels.cpu.vector_math import exp_f32
 
 _local = threading.local()
 _FAST = {"reassoc", "contract"}  # inlined kernels compile with their caller's flags: set on the callers

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from embodied_ros.kernels._cuda_compile import cuda, cuda_simulator_enabled, device_function
+from embodied_ros.kernels.cuda.compiler import cuda, cuda_simulator_enabled, device_function
 
 if cuda is not None:
     from numba.cuda import libdevice

@@ -15,7 +15,7 @@ The parallel kernels (matrix products, attention, quantized products, dequantiza
 modulations) run on numba's OpenMP pool. How its threads wait between regions depends on the CPU:
 
 - With 16-lane vectors (AVX-512, `vector_units_available`) every matrix product of a control step
-  runs on this pool (kernels/_gemm.py), so nothing else needs the cores between two regions, and a
+  runs on this pool (kernels/cpu/gemm.py), so nothing else needs the cores between two regions, and a
   woken thread costs more than the region: on the 2-core development machine (a VM, whose idle
   virtual CPU is halted) a sleeping thread took ~80 us to wake, as long as a whole 50 x 192 x 1536
   product. So the threads spin for a while after each region, then sleep: GOMP_SPINCOUNT=10000,

@@ -9,7 +9,7 @@ for the weight layouts). Weights stay in their stored form on the GPU (`to_devic
                       them to up to 8 rows at once; the rows' partial sums meet in shared memory
   more rows, or bf16  the weight is dequantized on the GPU into a temporary float32 matrix, then the
                       tiled product
-  bf16 precision      opt-in (`_cuda_gemm.use_matmul_precision("bf16")` or EMBODIED_ROS_CUDA_MATMUL=bf16):
+  bf16 precision      opt-in (`gemm.use_matmul_precision("bf16")` or EMBODIED_ROS_CUDA_MATMUL=bf16):
                       products of at least TENSOR_CORE_MIN_ROWS rows run on the tensor cores
                       (kernels/gemm.cu); a bf16 weight is read as it is stored, others as float32
 """
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from embodied_ros.kernels import _cuda_gemm
-from embodied_ros.kernels._cuda_compile import cuda, cuda_kernel, device_function
-from embodied_ros.kernels._cuda_device import block_sum_rows, half_to_float, rounded_product, signed_byte
-from embodied_ros.kernels._cuda_runtime import DeviceTensor, blocks_for, gpu, nothing, on_device, returned
+from embodied_ros.kernels.cuda import gemm
+from embodied_ros.kernels.cuda.compiler import cuda, cuda_kernel, device_function
+from embodied_ros.kernels.cuda.device import block_sum_rows, half_to_float, rounded_product, signed_byte
+from embodied_ros.kernels.cuda.runtime import DeviceTensor, blocks_for, gpu, nothing, on_device, returned
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.kernels.registry import kernel
 
@@ -234,7 +234,7 @@ def linear_cuda(x, weight, bias=None):
         bias_d = nothing() if bias is None else on_device(bias, "bias")
         fused = {"q8_0": q8_0_linear, "q4_k": q4_k_linear}
         if _on_tensor_cores(n_rows):
-            _cuda_gemm.multiply(gpu(), rows, _tensor_core_weight(weight), bias_d, y)
+            gemm.multiply(gpu(), rows, _tensor_core_weight(weight), bias_d, y)
         elif isinstance(weight, QuantTensor) and weight.qtype in fused and n_rows <= FUSED_MAX_ROWS:
             gpu().launch(fused[weight.qtype], (n_out,), (FUSED_THREADS,),
                          (rows, on_device(weight.data, "weight blocks", np.uint8), bias_d, y))
@@ -246,8 +246,8 @@ def linear_cuda(x, weight, bias=None):
 
 
 def _on_tensor_cores(n_rows: int) -> bool:
-    return (n_rows >= _cuda_gemm.TENSOR_CORE_MIN_ROWS and _cuda_gemm.matmul_precision() == "bf16"
-            and _cuda_gemm.tensor_cores(gpu()))
+    return (n_rows >= gemm.TENSOR_CORE_MIN_ROWS and gemm.matmul_precision() == "bf16"
+            and gemm.tensor_cores(gpu()))
 
 
 def _tensor_core_weight(weight) -> DeviceTensor:

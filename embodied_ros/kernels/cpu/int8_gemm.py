@@ -24,8 +24,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from embodied_ros.kernels._jit import jit
-from embodied_ros.kernels._vector_ir import LANES, PANEL
+from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL
 
 MAX_ROWS = 6
 BLOCK = 32

@@ -1,7 +1,7 @@
 """LLVM IR the CPU matrix product is built from (numba intrinsics): the register tile, 16 x 16
 transposes, the q4_k block decoder that writes panel order, prefetch, and array views of raw
 addresses. LANES and PANEL fix the vector width (16 floats, AVX-512) and the panel width (two
-vectors); `_gemm.py` says how they are put together.
+vectors); `cpu/gemm.py` says how they are put together.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from embodied_ros.kernels._jit import jit
+from embodied_ros.kernels.cpu.jit import jit
 
 LANES = 16
 PANEL = 2 * LANES  # output features per panel

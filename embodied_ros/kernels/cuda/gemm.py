@@ -1,7 +1,7 @@
 """Tensor-core matrix products for the cuda backend's `linear` (kernels/gemm.cu, CUDA C).
 
 Precision is a choice, made explicitly:
-  "float32" (default)  every product runs in float32 (`cuda_linear.matmul_nt`): the exact path.
+  "float32" (default)  every product runs in float32 (`cuda.linear.matmul_nt`): the exact path.
   "bf16"               products of at least TENSOR_CORE_MIN_ROWS rows run on the tensor cores: x and W
                        rounded to bf16, float32 accumulation. Per output, |y - y_float32| <= 2^-8 *
                        (|x| @ |W|^T); on real activations about 1e-3..1e-2 of a row's scale.
@@ -12,7 +12,7 @@ bound by reading W, and the float32 kernel's smaller tiles spread that over more
 
 Building: nvcc compiles gemm.cu on first use, for the GPU at hand (its machine code, plus PTX), into
 the cache directory of the PTX (`$EMBODIED_ROS_CUDA_CACHE`), keyed by a hash of the sources, the
-flags and nvcc's version; `_cuda_launch.GpuDevice` loads the fatbin. Where that cannot happen (no
+flags and nvcc's version; `cuda.launch.GpuDevice` loads the fatbin. Where that cannot happen (no
 nvcc, a GPU older than sm_80, a driver that refuses the module), "bf16" products log one warning
 saying why and run in float32: slower, never less exact. `require_tensor_cores` raises instead
 (benchmarks/gpu_check.py uses it).
@@ -34,8 +34,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from embodied_ros.kernels._cuda_abi import Param, pack_params
-from embodied_ros.kernels._cuda_compile import cache_dir
+from embodied_ros.kernels.cuda.abi import Param, pack_params
+from embodied_ros.kernels.cuda.compiler import cache_dir
 from embodied_ros.share import share_path
 
 PRECISION_ENV = "EMBODIED_ROS_CUDA_MATMUL"
