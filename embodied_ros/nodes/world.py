@@ -1,7 +1,10 @@
 """World predictor node: a world-action model's predictive module over the newest prefix.
 
-Its initial noise comes from `pipeline/noise.py: stage_noise(seed, "world", step, shape)`, as the
-action head's does, so a lock-step run equals `pipeline.stages.infer` given the same noises.
+The node holds the model's episode (`runtime.world_episode()`: for LingBot-VA the KV pool, the VAE
+streams per camera, the observed frames for the keyframes and the previous chunk's actions) from run
+to run; every prefix output's frames reach it, also on the steps it does not run. Its initial noise
+comes from `pipeline/noise.py: stage_noise(seed, "world", step, shape)`, as the action head's does,
+so a lock-step run equals direct calls of the runtime given the same noises.
 
 With a model that has no world model (pi0.5) the node configures and activates but stays idle:
 it subscribes to nothing, runs nothing and says so on /diagnostics; the action head then reads
@@ -32,11 +35,19 @@ class WorldNode(StageNode):
         if self.spec.has_world_model:
             super().on_step(step)
 
+    def setup(self) -> None:
+        super().setup()
+        self.episode = self.runtime.world_episode() if self.spec.has_world_model else None
+
+    def upstream_arrived(self, name, output) -> None:
+        if output is not None and self.episode is not None:
+            self.runtime.observe_world(self.episode, output)
+
     def compute(self, step, inputs):
         shape = self.spec.world_noise_shape
         noise_index = self.drive.noise_index(step, self.sequence)
         noise = None if shape is None else stage_noise(self.config.stages.seed_for(self.spec), "world", noise_index, shape)
-        return self.runtime.predict_world(inputs["prefix"], noise)
+        return self.runtime.predict_world(inputs["prefix"], noise, self.episode)
 
     def diagnostic_status(self) -> DiagnosticStatus:
         status = super().diagnostic_status()

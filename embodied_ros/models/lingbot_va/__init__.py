@@ -15,37 +15,30 @@ from pathlib import Path
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE, PRESETS, LingbotVAConfig
 
 
-def _bundle_config(bundle) -> LingbotVAConfig:
+def _model_bundle(bundle):
+    """The bundle, if it holds a LingBot-VA model in lerobot's layout (one that runs in the graph)."""
     from embodied_ros.models.lingbot_va import lerobot_bundle
     from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
 
     if BLOCKS_ONLY in bundle.config:
         raise ValueError(f"{bundle.path}: holds bare Wan blocks (a parity record), not a world-action model")
-    if lerobot_bundle.is_bundle(bundle):
-        raise ValueError(f"{bundle.path}: a lerobot-layout LingBot-VA bundle runs as a step-loop policy "
-                         "(models/lingbot_va/lerobot_bundle.load_policy), not through the graph stages yet")
-    return LingbotVAConfig.from_dict(bundle.config)
+    if not lerobot_bundle.is_bundle(bundle):
+        raise ValueError(f"{bundle.path}: not a LingBot-VA bundle in lerobot's layout (convert the checkpoint again)")
+    return bundle
 
 
 def load_runtime(bundle, backend: str = "numba"):
     """The world-action runtime of a lingbot_va bundle (read by `pipeline.stages.load_runtime`)."""
-    from embodied_ros.models.lingbot_va import transformer
-    from embodied_ros.models.lingbot_va.runtime import LingbotVARuntime
-    from embodied_ros.models.lingbot_va.text import Tokenizer
+    from embodied_ros.models.lingbot_va.runtime import load_runtime as load
 
-    cfg = _bundle_config(bundle)
-    if bundle.tokenizer_model is None:
-        raise ValueError(f"{bundle.path}: the bundle has no tokenizer")
-    weights = transformer.load_weights(bundle.weight, cfg)
-    return LingbotVARuntime(cfg, weights, bundle.stats, Tokenizer(bundle.tokenizer_model, cfg.max_text_tokens),
-                            backend)
+    return load(_model_bundle(bundle), backend)
 
 
 def spec_of(bundle):
     """The ModelSpec of a lingbot_va bundle from its metadata (no weights read)."""
     from embodied_ros.models.lingbot_va.runtime import model_spec
 
-    return model_spec(_bundle_config(bundle))
+    return model_spec(_model_bundle(bundle))
 
 
 def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:

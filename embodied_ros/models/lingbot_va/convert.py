@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 from safetensors.numpy import load_file
@@ -45,12 +46,14 @@ def detect(source: Path) -> bool:
 
 
 def convert(source: Path, output: Path, quant_plan: QuantPlan, reference: Path | None = None,
-            progress: bool = False) -> None:
+            progress: bool = False, overrides: Mapping[str, Any] | None = None) -> None:
     source = Path(source)
+    if overrides and not lerobot_bundle.is_checkpoint(source):
+        raise ValueError("--set settings apply to lerobot lingbot_va checkpoints only")
     if lerobot_bundle.is_checkpoint(source):
         if reference is not None:
             raise ValueError("a lerobot lingbot_va checkpoint's bundle records its own reference; omit --reference")
-        lerobot_bundle.convert_checkpoint(source, output, quant_plan, progress)
+        lerobot_bundle.convert_checkpoint(source, output, quant_plan, progress, settings=overrides)
     elif checkpoint.is_checkpoint(source):
         if reference is not None:
             raise ValueError("lingbot_va model checkpoints have no PyTorch reference records; omit --reference")
