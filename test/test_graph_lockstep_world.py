@@ -2,7 +2,10 @@
 the world predictor every 3rd step, each stage runs exactly on its steps, the world node carries one
 episode (KV pool, VAE streams, observed frames, executed actions) from run to run and starts a new
 one when the instruction changes, the action head uses the latest prediction, so the graph equals
-direct calls of the runtime with the graph's noise, and two runs give identical chunks and commands."""
+direct calls of the runtime with the graph's noise, and two runs give identical chunks and commands,
+composed (stage outputs by reference) or one process per node (serialized)."""
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,8 +24,13 @@ SEED = 9
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
-    return load_runtime(world_action_bundle(tmp_path_factory))
+def bundle(tmp_path_factory):
+    return world_action_bundle(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def runtime(bundle):
+    return load_runtime(bundle)
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +46,8 @@ def config():
     return load_config(None, {"schedule.world": 3, "stages.noise_seed": SEED})
 
 
-def _run(config, runtime, episode):
-    with LockstepGraph(config, runtime=runtime, domain_id=next_domain(), timeout_s=120) as graph:
+def _run(config, runtime, episode, log_dir=None):
+    with LockstepGraph(config, runtime=runtime, domain_id=next_domain(), timeout_s=120, log_dir=log_dir) as graph:
         return [graph.step(images, state, instruction) for (images, state), instruction in zip(episode, INSTRUCTIONS)]
 
 
@@ -98,3 +106,15 @@ def test_two_runs_give_identical_chunks_and_commands(first_run, config, runtime,
 
 def _positions(output):
     return np.stack([c.positions for c in output.commands])
+
+
+def test_one_process_per_node_gives_the_same_chunks(first_run, config, bundle, runtime, episode, tmp_path):
+    separate = replace(config, bundle=str(bundle), layout="separate")
+    try:
+        second_run = _run(separate, runtime, episode, log_dir=str(tmp_path))
+    except TimeoutError:
+        print({path.name: path.read_text()[-2000:] for path in tmp_path.glob("*.log")})
+        raise
+    for a, b in zip(first_run, second_run):
+        np.testing.assert_array_equal(a.chunk.actions, b.chunk.actions, err_msg=f"step {a.step}")
+        np.testing.assert_array_equal(_positions(a), _positions(b), err_msg=f"step {a.step}")
