@@ -2,15 +2,21 @@
 the world predictor every 3rd step, each stage runs exactly on its steps, the world node carries one
 episode (KV pool, VAE streams, observed frames, executed actions) from run to run and starts a new
 one when the instruction changes, the action head uses the latest prediction, so the graph equals
-direct calls of the runtime with the graph's noise, and two runs give identical chunks and commands,
-composed (stage outputs by reference) or one process per node (serialized)."""
+direct calls of the runtime with the graph's noise, every second prediction is published decoded,
+and two runs give identical chunks and commands, composed (stage outputs by reference) or one
+process per node (serialized)."""
 
+import time
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from sensor_msgs.msg import Image
+
+from embodied_ros.inputs.stamps import time_to_ns
 from embodied_ros.node_infra.config import load_config
+from embodied_ros.node_infra.topics import lockstep_qos, world_frames_topic
 from embodied_ros.graph.lockstep import LockstepGraph
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import load_runtime
@@ -43,17 +49,33 @@ def episode(runtime):
 
 @pytest.fixture(scope="module")
 def config():
-    return load_config(None, {"schedule.world": 3, "stages.noise_seed": SEED})
+    return load_config(None, {"schedule.world": 3, "stages.noise_seed": SEED, "stages.world_frames_every": 2})
 
 
-def _run(config, runtime, episode, log_dir=None):
+def _run(config, runtime, episode, log_dir=None, frames=None):
+    """The episode through the lock-step graph; `frames` (a list) gets every decoded world frame
+    message the graph publishes."""
     with LockstepGraph(config, runtime=runtime, domain_id=next_domain(), timeout_s=120, log_dir=log_dir) as graph:
-        return [graph.step(images, state, instruction) for (images, state), instruction in zip(episode, INSTRUCTIONS)]
+        if frames is not None:
+            for camera in runtime.spec.camera_names:
+                graph.driver.create_subscription(Image, world_frames_topic(camera), frames.append, lockstep_qos())
+        outputs = [graph.step(images, state, instruction)
+                   for (images, state), instruction in zip(episode, INSTRUCTIONS)]
+        if frames is not None:
+            wait = time.monotonic() + 10.0
+            while len(frames) < 2 * len(runtime.spec.camera_names) and time.monotonic() < wait:
+                graph.executor.spin_once(timeout_sec=0.1)
+        return outputs
 
 
 @pytest.fixture(scope="module")
-def first_run(config, runtime, episode):
-    return _run(config, runtime, episode)
+def world_frames():
+    return []
+
+
+@pytest.fixture(scope="module")
+def first_run(config, runtime, episode, world_frames):
+    return _run(config, runtime, episode, frames=world_frames)
 
 
 def _direct(runtime, episode, stamps):
@@ -94,6 +116,20 @@ def test_graph_equals_direct_calls_and_the_action_head_uses_the_latest_predictio
         assert output.chunk.actions.shape == (rows.shape[0], len(runtime.spec.action_names))
     # the chunks differ from prediction to prediction (the feedback and the noise change them)
     assert not np.allclose(first_run[0].chunk.actions[:4], first_run[3].chunk.actions[:4], atol=1e-3)
+
+
+def test_every_second_prediction_is_published_decoded(first_run, world_frames, runtime, episode):
+    _, predictions = _direct(runtime, episode, [o.stamp_ns for o in first_run])
+    height, width = runtime.spec.image_size
+    received = {(msg.header.frame_id, time_to_ns(msg.header.stamp)): msg for msg in world_frames}
+    expected = {(camera, first_run[step].stamp_ns): image for step in (0, 6)  # world runs 1 and 3 of 4
+                for camera, image in runtime.world_frames(predictions[step]).items()}
+    assert sorted(received) == sorted(expected)
+    for key, image in expected.items():
+        msg = received[key]
+        assert (msg.encoding, msg.height, msg.width) == ("rgb8", height, width)
+        np.testing.assert_array_equal(np.frombuffer(bytes(msg.data), np.uint8).reshape(height, width, 3), image)
+    assert len({image.tobytes() for image in expected.values()}) == len(expected)  # the frames differ
 
 
 def test_two_runs_give_identical_chunks_and_commands(first_run, config, runtime, episode):

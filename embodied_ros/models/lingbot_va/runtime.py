@@ -19,10 +19,11 @@ used action channels (`graph.action_names`).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from embodied_ros.backbone.wan_vae import WanVAEConfig, WanVAEDecoder
 from embodied_ros.models.lingbot_va import lerobot_bundle as lb
 from embodied_ros.models.lingbot_va.closed_loop import camera_frames, prompt_rows
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE
@@ -39,8 +40,6 @@ def camera_name(key: str) -> str:
 
 def model_spec(bundle) -> ModelSpec:
     """The graph's view of a lerobot-layout bundle, from its metadata."""
-    from embodied_ros.backbone.wan_vae import WanVAEConfig
-
     config, graph = bundle.config[lb.SECTION], bundle.config.get(lb.GRAPH_SECTION) or lb.graph_settings(
         None, len(bundle.config[lb.SECTION]["used_action_channel_ids"]))
     factor = WanVAEConfig.from_diffusers(bundle.config["vae"]).spatial_factor
@@ -59,9 +58,11 @@ def model_spec(bundle) -> ModelSpec:
 
 
 class LingbotVARuntime:
-    def __init__(self, model: lb.LoadedModel, spec: ModelSpec) -> None:
+    def __init__(self, model: lb.LoadedModel, spec: ModelSpec,
+                 load_decoder: Callable[[], WanVAEDecoder] | None = None) -> None:
         self.model, self.spec = model, spec
         self._prompt: tuple[str, np.ndarray] | None = None  # (instruction, its prompt rows)
+        self._load_decoder, self._decoder = load_decoder, None  # the VAE decoder, read on first use
 
     def warm_up(self) -> None:
         """Two chunks of an episode on blank observations (chunk 0 and a feedback chunk compile
@@ -118,6 +119,17 @@ class LingbotVARuntime:
         actions = unnormalize_quantiles(rows, self.model.q01, self.model.q99)
         return ActionChunkResult(world.stamp_ns, actions, self.spec.action_period_s, self.spec.action_names)
 
+    def world_frames(self, world: StageResult) -> dict[str, np.ndarray]:
+        """A prediction's last frame per camera, for viewing: its latents through the VAE decoder
+        (a fresh stream per camera) -> {camera: (H, W, 3) uint8}."""
+        if self._decoder is None:
+            if self._load_decoder is None:
+                raise ValueError("lingbot_va: this runtime has no VAE decoder")
+            self._decoder = self._load_decoder()
+        frames = self._decoder.camera_frames(world.tensors["latents"], len(self.spec.camera_names))[:, :, -1]
+        rgb = np.clip((frames + np.float32(1.0)) * np.float32(127.5) + np.float32(0.5), 0, 255).astype(np.uint8)
+        return {camera: np.ascontiguousarray(image.transpose(1, 2, 0)) for camera, image in zip(self.spec.camera_names, rgb)}
+
 
 def load_runtime(bundle, backend: str = "numba") -> LingbotVARuntime:
-    return LingbotVARuntime(lb.load_model(bundle, backend), model_spec(bundle))
+    return LingbotVARuntime(lb.load_model(bundle, backend), model_spec(bundle), lambda: lb.load_decoder(bundle))
