@@ -2,7 +2,7 @@
 (composed) layout, in variants side by side: the defaults, and each of the measures that keep the
 stream on time undone in turn.
 
-    python benchmarks/bench_command_timing.py [--duration 30] [--configs pi05_tiny,pi05_small,lingbot_va,pi0_tiny,smolvla_tiny]
+    python benchmarks/bench_command_timing.py [--duration 30] [--configs pi05_tiny,pi05_small,lingbot_va,pi0_tiny,smolvla_tiny,groot_tiny]
                                               [--variants default,stages_at_once,stage_nice_0,no_realtime,shared]
                                               [--repeats 5]
                                               [--workdir /tmp/bench_command_timing] [--no-write]
@@ -10,7 +10,7 @@ stream on time undone in turn.
 Configs: pi05_tiny (config/pi05.yaml, its bundle bundles/pi05_tiny.gguf), pi05_small (config/pi05.yaml
 with the test/data/pi05_small record converted to a bundle, with the tiny checkpoint's tokenizer),
 lingbot_va (config/lingbot_va.yaml, bundles/lingbot_va_small.gguf), pi0_tiny (config/pi0.yaml),
-smolvla_tiny (config/smolvla.yaml), each on its shipped bundle. Variants: default (the config as
+smolvla_tiny (config/smolvla.yaml), groot_tiny (config/groot.yaml), each on its shipped bundle. Variants: default (the config as
 shipped: the controller in a process of its own at SCHED_FIFO 50 where permitted, the stages'
 model calls in turn, their threads at compute.stage_nice 5), stages_at_once (compute.stage_turns
 false), stage_nice_0 (the stages at the graph's priority), no_realtime
@@ -44,6 +44,7 @@ CONFIGS = {
     "lingbot_va": ("config/lingbot_va.yaml", None),
     "pi0_tiny": ("config/pi0.yaml", None),
     "smolvla_tiny": ("config/smolvla.yaml", None),
+    "groot_tiny": ("config/groot.yaml", None),
 }
 VARIANTS = {"default": {}, "stages_at_once": {"compute.stage_turns": "false"},
             "stage_nice_0": {"compute.stage_nice": "0"}, "no_realtime": {"controller.realtime_priority": "0"},

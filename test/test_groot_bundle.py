@@ -98,11 +98,12 @@ def test_missing_tensors_are_a_clear_error(tmp_path):
         convert.read_checkpoint(folder)
 
 
-def test_the_graph_runtime_is_refused_with_a_clear_error(bundle_path):
+def test_the_graph_refuses_a_bundle_without_tokenizer_in_one_line(bundle_path):
     from embodied_ros.pipeline.stages import load_runtime
 
-    with pytest.raises(ValueError, match="model space only"):
+    with pytest.raises(ValueError, match="has no tokenizer") as error:
         load_runtime(bundle_path)
+    assert "\n" not in str(error.value)
 
 
 def test_a_save_that_kept_only_the_tied_lm_head_converts(tmp_path):
@@ -115,25 +116,39 @@ def test_a_save_that_kept_only_the_tied_lm_head_converts(tmp_path):
     assert main(["parity", str(folder), "--backend", "numpy"]) == 0
 
 
-LEROBOT_CONFIG = {"type": "groot", "chunk_size": 40, "max_state_dim": 132, "max_action_dim": 132,
-                  "input_features": {"observation.images.front": {"type": "VISUAL", "shape": [3, 256, 256]},
-                                     "observation.images.wrist": {"type": "VISUAL", "shape": [3, 256, 256]},
-                                     "observation.state": {"type": "STATE", "shape": [7]}},
-                  "output_features": {"action": {"type": "ACTION", "shape": [6]}}}
+LEROBOT_CONFIG = {"type": "groot", "chunk_size": 8, "max_state_dim": 16, "max_action_dim": 16,
+                  "input_features": {"observation.images.wrist": {"type": "VISUAL", "shape": [3, 256, 256]},
+                                     "observation.images.front": {"type": "VISUAL", "shape": [3, 256, 256]},
+                                     "observation.state": {"type": "STATE", "shape": [6]}},
+                  "output_features": {"action": {"type": "ACTION", "shape": [5]}}}
+RECORD_DIMS = {"vision.num_heads": 2, "vision.deepstack_indexes": [0, 2], "text.mrope_section": [4, 2, 2],
+               "head.num_heads": 2, "head.vl_num_heads": 2, "embodiment_id": 1}
 
 
-def test_a_lerobot_save_config_gives_full_size_n1_7_with_its_features():
-    config = convert.config_from_lerobot(LEROBOT_CONFIG)
-    assert config.camera_names == ("observation.images.front", "observation.images.wrist")
-    assert (config.state_dim, config.action_dim) == (7, 6)
-    assert (config.text.width, config.text.depth, config.head.depth, config.head.horizon) == (2048, 16, 32, 40)
-
-
-def test_a_lerobot_save_with_other_sizes_is_a_clear_error(tmp_path):
+def _lerobot_save(tmp_path) -> Path:
     folder = tmp_path / "save"
     folder.mkdir()
     shutil.copy(RECORD / "model.safetensors", folder / "model.safetensors")
     (folder / "config.json").write_text(json.dumps(LEROBOT_CONFIG))
+    return folder
+
+
+def test_a_lerobot_save_gives_its_sizes_from_the_tensor_shapes(tmp_path):
+    from embodied_ros.models.groot.config import GrootConfig
+
+    checkpoint = convert.read_checkpoint(_lerobot_save(tmp_path), RECORD_DIMS)
+    recorded = GrootConfig.from_fixture_json(json.loads((RECORD / "config.json").read_text()))
+    config = checkpoint.config
+    assert config.camera_names == ("front", "wrist")  # LeRobot feeds the cameras sorted
+    assert (config.vision, config.text.width, config.text.depth, config.head) == (
+        recorded.vision, recorded.text.width, recorded.text.depth, recorded.head)
+    assert (config.state_dim, config.action_dim, config.processor.embodiment_id) == (6, 5, 1)
+
+
+def test_a_lerobot_save_that_the_released_head_counts_do_not_fit_is_a_clear_error(tmp_path):
+    folder = _lerobot_save(tmp_path)
     assert convert.detect(folder) and families.detect_family(folder) == "groot"
-    with pytest.raises(ValueError, match="must hold full-size N1.7 weights"):
+    with pytest.raises(ValueError, match="vision.width 32 / num_heads 16"):
         convert.read_checkpoint(folder)
+    with pytest.raises(ValueError, match="unknown groot conversion setting"):
+        convert.read_checkpoint(folder, {"vision.heads": 2})

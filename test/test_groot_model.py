@@ -125,15 +125,3 @@ def test_pixel_rows_refuse_bad_images():
         qwen3_vl.pixel_rows(np.zeros((40, 64, 3), np.uint8), 16, 2, 2)
     with pytest.raises(ValueError, match="uint8"):
         qwen3_vl.pixel_rows(np.zeros((64, 64, 3), np.float32), 16, 2, 2)
-
-
-@pytest.mark.parametrize("k", [0, 1, 2])
-def test_prompt_layout_matches_the_record(model, cases, k):
-    from embodied_ros.models.groot.prompt import prompt_ids
-
-    ids, tokens = cases[f"case{k}_input_ids"], model.config.tokens
-    grids = _grids(cases, k)
-    view_tokens = [gh * gw // model.config.vision.merge_rows for gh, gw in grids]
-    task_start = 3 + sum(n + 2 for n in view_tokens)
-    rebuilt = prompt_ids(tokens, ids[1:3], view_tokens, ids[task_start:-2], ids[-1:])
-    np.testing.assert_array_equal(rebuilt, ids)

@@ -34,11 +34,13 @@ Weights = Mapping[str, Any]
 
 # ---- vision ---------------------------------------------------------------------------------
 
-def pixel_rows(image: np.ndarray, patch: int, temporal: int, merge: int) -> tuple[np.ndarray, tuple[int, int]]:
+def pixel_rows(image: np.ndarray, patch: int, temporal: int, merge: int, mean=(0.5, 0.5, 0.5),
+               std=(0.5, 0.5, 0.5)) -> tuple[np.ndarray, tuple[int, int]]:
     """One uint8 HWC RGB view -> (patch rows [gh*gw, 3*T*P*P] in block order, (gh, gw)).
 
-    Values (u8/255 - 0.5)/0.5, the still image repeated `temporal` times along a time axis; each row
-    is one patch flattened in (channel, time, y, x) order. Sides must be multiples of patch * merge.
+    Values (u8/255 - mean)/std per channel, the still image repeated `temporal` times along a time
+    axis; each row is one patch flattened in (channel, time, y, x) order. Sides must be multiples of
+    patch * merge.
     """
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
@@ -47,7 +49,7 @@ def pixel_rows(image: np.ndarray, patch: int, temporal: int, merge: int) -> tupl
     if height % (patch * merge) or width % (patch * merge):
         raise ValueError(f"image {height}x{width} is not a multiple of patch {patch} x merge {merge} on both sides")
     gh, gw = height // patch, width // patch
-    scaled = (image.astype(np.float32) * np.float32(1 / 255) - np.float32(0.5)) / np.float32(0.5)
+    scaled = (image.astype(np.float32) * np.float32(1 / 255) - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
     channels = np.broadcast_to(scaled.transpose(2, 0, 1)[:, None], (3, temporal, height, width))
     blocks = channels.reshape(3, temporal, gh // merge, merge, patch, gw // merge, merge, patch)
     rows = blocks.transpose(2, 5, 3, 6, 0, 1, 4, 7)  # (bi, bj, a, b, c, t, y, x)

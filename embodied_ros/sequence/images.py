@@ -58,3 +58,4 @@ def resize_with_pad(image: np.ndarray, size: int) -> np.ndarray:
 def model_image(image: np.ndarray, size: int, camera: str = "camera") -> np.ndarray:
     """(H, W, 3) uint8 -> (3, size, size) float32 in [-1, 1]."""
     return resize_with_pad(to_unit_chw(image, camera), size) * np.float32(2.0) - np.float32(1.0)
+

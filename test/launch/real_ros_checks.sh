@@ -9,7 +9,7 @@
 #   WS        the colcon workspace holding src/embodied_ros (default: the folder of ENV_SH)
 #   LOGS      where the logs go (default /tmp/embodied_ros_real_checks)
 #   ONLY      a subset of the checks: "launch_test", "launch" (default: both)
-#   LAUNCH_FILES, LAYOUTS   subsets of "pi05 pi0 smolvla lingbot_va" and "composed separate" (default: all)
+#   LAUNCH_FILES, LAYOUTS   subsets of "pi05 pi0 smolvla groot lingbot_va" and "composed separate" (default: all)
 #   LAUNCH_ARGS more NAME:=VALUE arguments for every `ros2 launch` (e.g. sigterm_timeout:=20)
 #
 # 1. launch_test of test/launch/test_latency_launch.py on the install as it is (run first, so it sees
@@ -30,7 +30,7 @@ ENV_SH=${ENV_SH:-/tmp/ros2_project_ws/env.sh}
 WS=${WS:-$(dirname "$ENV_SH")}
 LOGS=${LOGS:-/tmp/embodied_ros_real_checks}
 ONLY=${ONLY:-launch_test launch}
-LAUNCH_FILES=${LAUNCH_FILES:-pi05 pi0 smolvla lingbot_va}
+LAUNCH_FILES=${LAUNCH_FILES:-pi05 pi0 smolvla groot lingbot_va}
 LAYOUTS=${LAYOUTS:-composed separate}
 LAUNCH_ARGS=${LAUNCH_ARGS:-}
 DOMAIN_BASE=${ROS_DOMAIN_ID:-80}  # one domain per launch file and layout: a straggler of one cannot answer for another

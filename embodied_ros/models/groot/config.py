@@ -13,6 +13,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from embodied_ros.models.groot.processor import ProcessorConfig
+
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
@@ -151,7 +153,8 @@ class GrootConfig:
     tokens: TokenIds
     state_dim: int
     action_dim: int
-    camera_names: tuple[str, ...] = field(default=())
+    camera_names: tuple[str, ...] = field(default=())  # the order views enter the prompt
+    processor: ProcessorConfig = field(default_factory=ProcessorConfig)
 
     def __post_init__(self) -> None:
         _require(self.vision.out_dim == self.text.width == self.head.backbone_width,
@@ -172,7 +175,8 @@ class GrootConfig:
         return cls(vision=build(QwenVisionConfig, data["vision"]), text=build(QwenTextConfig, data["text"]),
                    head=build(ActionHeadConfig, data["head"]), tokens=build(TokenIds, data["tokens"]),
                    state_dim=int(data["state_dim"]), action_dim=int(data["action_dim"]),
-                   camera_names=tuple(data.get("camera_names", ())))
+                   camera_names=tuple(data.get("camera_names", ())),
+                   processor=build(ProcessorConfig, data.get("processor", {})))
 
     @classmethod
     def from_fixture_json(cls, data: Mapping[str, Any]) -> "GrootConfig":

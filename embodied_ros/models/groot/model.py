@@ -2,6 +2,7 @@
 
     image_rows(pixel_rows, grids)                   vision tower -> (image-token rows, deepstack features)
     backbone(pixel_rows, grids, input_ids)          -> Backbone: the LM rows the action head reads
+    language_backbone(image, deepstack, grids, ids) the same from the vision tower's output
     sample_actions(backbone, state, noise, embodiment)  Euler from noise (t=0) to actions (t=1)
 
 `grids` holds each present view's patch grid (rows, columns); a missing camera is one image block
@@ -60,12 +61,18 @@ class GrootModel:
                                      np.asarray(pixel_rows, np.float32), [tuple(map(int, g)) for g in grids])
 
     def backbone(self, pixel_rows: np.ndarray, grids: Sequence[tuple[int, int]], input_ids: np.ndarray) -> Backbone:
+        image, deepstack = self.image_rows(pixel_rows, grids)
+        return self.language_backbone(image, deepstack, grids, input_ids)
+
+    def language_backbone(self, image: np.ndarray, deepstack: Sequence[np.ndarray], grids: Sequence[tuple[int, int]],
+                          input_ids: np.ndarray) -> Backbone:
+        """The LM pass over the prompt, its image rows given (the vision tower's output)."""
         cfg = self.config
         ids = np.asarray(input_ids, np.int64)
         if ids.ndim != 1 or ids.size == 0 or ids.min() < 0 or ids.max() >= cfg.text.vocab_size:
             raise ValueError(f"input ids must be a non-empty 1-D array in 0..{cfg.text.vocab_size - 1}")
         grids = [tuple(map(int, g)) for g in grids]
-        image, deepstack = self.image_rows(pixel_rows, grids)
+        deepstack = list(deepstack)
         x = qwen3_vl.lm_inputs(self.weights["lm.token_embd"], ids, cfg.tokens.image, image)
         positions = qwen3_vl.mrope_positions(ids, cfg.tokens.image, grids, cfg.vision.spatial_merge_size)
         image_mask = ids == cfg.tokens.image

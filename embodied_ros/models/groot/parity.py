@@ -5,6 +5,12 @@ per case k: `case{k}_pixel_values` (patch rows of the present views), `_image_gr
 per view), `_input_ids` (the prompt with image placeholders), `_state` (normalized, padded),
 `_embodiment_id`, `_noise` (x at t=0) and model-space `_actions` [H, action_dim].
 
+A pipeline record (test/data/groot_pipeline_tiny, made by test/data/gen_groot_pipeline.py) is a
+LeRobot save in checkpoint/ with its processors and tokenizer, cases.json (task per case) and
+cases.npz with the raw inputs (`case{k}_{camera}_uint8` frames, `_state_raw`), `_noise`, LeRobot's
+token ids (`_tokens`), model-space `_actions_model` and decoded physical `_actions`: the runtime
+runs from the raw inputs, its token ids must equal LeRobot's, its actions lie within the tolerance.
+
 Tolerances on the max abs action error, by the weakest stored type of a bundle: f32 1e-4 (the
 parity requirement); the others about 3x the worst error measured on groot_tiny with every weight
 stored in that type (actions up to ~3.3): f16 2.4e-3, bf16 1.1e-2, q8_0 3.8e-2, q4_k 1.2e-1 (the
@@ -29,11 +35,14 @@ def tolerance_for(stored_types) -> float:
     return family_kit.tolerance_for(stored_types, TOLERANCES)
 
 
-def recognizes_fixture(path: str | Path) -> bool:
+def record_kind(path: str | Path) -> str | None:
     from embodied_ros.models.groot.convert import detect
 
-    folder = Path(path)
-    return (folder / CASES_FILE).is_file() and detect(folder)
+    return family_kit.record_kind(Path(path), detect)
+
+
+def recognizes_fixture(path: str | Path) -> bool:
+    return record_kind(path) is not None
 
 
 def _case_names(arrays) -> list[str]:
@@ -57,14 +66,37 @@ def run_cases(model, folder: Path, tolerance: float) -> Iterator[CaseResult]:
         yield CaseResult(key, float(np.abs(actions - cases[f"{key}_actions"]).max()), tolerance)
 
 
+def run_pipeline_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResult]:
+    """Raw frames + raw state + task -> physical actions; the prompt's token ids must be LeRobot's."""
+    from embodied_ros.pipeline.stages import infer
+
+    folder = Path(folder)
+    recorded = family_kit.recorded_tasks(folder)
+    with np.load(folder / CASES_FILE) as data:
+        cases = dict(data)
+    for k, case in enumerate(recorded):
+        key = f"case{k}"
+        observation = family_kit.pipeline_observation(cases, case["task"], key, runtime.spec.camera_names, k)
+        embeddings = runtime.encode(observation)
+        prefix = runtime.build_prefix(embeddings, observation)
+        if not np.array_equal(prefix.tensors["tokens"], cases[f"{key}_tokens"]):
+            yield CaseResult(key, float("inf"), tolerance, "token ids differ from LeRobot's")
+            continue
+        actions = infer(runtime, observation, cases[f"{key}_noise"]).actions
+        yield CaseResult(key, float(np.abs(actions - cases[f"{key}_actions"]).max()), tolerance)
+
+
 def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "numba") -> list[CaseResult]:
     """Convert the record's checkpoint to a temporary bundle stored as `quant` and run every case."""
     from embodied_ros.models.groot.convert import ARCHITECTURE, convert
-    from embodied_ros.models.groot.runtime import load_model
+    from embodied_ros.models.groot.runtime import load_model, load_runtime
 
     folder = Path(path)
-    family_kit.require_kind(folder, "model" if recognizes_fixture(folder) else None, "GR00T")
-    with family_kit.converted_bundle(folder, quant, ARCHITECTURE, convert, TOLERANCES) as (bundle, tolerance):
+    kind = family_kit.require_kind(folder, record_kind(folder), "GR00T")
+    checkpoint = family_kit.checkpoint_of(folder, kind)
+    with family_kit.converted_bundle(checkpoint, quant, ARCHITECTURE, convert, TOLERANCES) as (bundle, tolerance):
+        if kind == "pipeline":
+            return list(run_pipeline_cases(load_runtime(bundle, backend), folder, tolerance))
         return list(run_cases(load_model(bundle, backend), folder, tolerance))
 
 
@@ -73,6 +105,8 @@ def reference_record(folder: Path, tolerance: float):
     from embodied_ros.bundle import ReferenceRecord
 
     folder = Path(folder)
+    if record_kind(folder) == "pipeline":
+        return family_kit.reference_record(folder, "pipeline", tolerance, CASE_INPUTS)
     if not (folder / CASES_FILE).is_file():
         raise ValueError(f"{folder}: no {CASES_FILE} to take a reference record from")
     with np.load(folder / CASES_FILE) as data:
@@ -91,7 +125,10 @@ def reference_record(folder: Path, tolerance: float):
 
 def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     """Re-run a bundle's reference record: (max abs action error, recorded tolerance)."""
-    from embodied_ros.models.groot.runtime import load_model
+    from embodied_ros.models.groot.runtime import load_model, load_runtime
 
+    record = bundle.reference
+    if record is not None and record.fields.get("kind") == "pipeline":
+        return family_kit.verify_reference(bundle, lambda b: load_runtime(b, backend), None)
     return family_kit.verify_reference(bundle, lambda b: load_model(b, backend),
                                        lambda model, record, key: run_case(model, record.inputs, record.noise[key], key))
