@@ -4,7 +4,7 @@ episode (KV pool, VAE streams, observed frames, executed actions) from run to ru
 one when the instruction changes, the action head uses the latest prediction, so the graph equals
 direct calls of the runtime with the graph's noise, every second prediction is published decoded,
 and two runs give identical chunks and commands, composed (stage outputs by reference) or one
-process per node (serialized)."""
+process per node (serialized); and the shipped config with its bundle equals direct calls too."""
 
 import time
 from dataclasses import replace
@@ -21,6 +21,7 @@ from embodied_ros.graph.lockstep import LockstepGraph
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import load_runtime
 from embodied_ros.pipeline.types import Observation
+from embodied_ros.share import share_path
 from graph_bundles import world_action_bundle
 from graph_harness import next_domain
 
@@ -78,19 +79,19 @@ def first_run(config, runtime, episode, world_frames):
     return _run(config, runtime, episode, frames=world_frames)
 
 
-def _direct(runtime, episode, stamps):
+def _direct(runtime, episode, stamps, instructions=INSTRUCTIONS, seed=SEED, period=3):
     """The schedule done by hand: every step's prefix reaches the world episode, the prediction is
-    made on steps k % 3 == 0, the action head reads the newest one. (chunks, world results by step)"""
+    made on steps k % period == 0, the action head reads the newest one. (chunks, world results by step)"""
     world_episode = runtime.world_episode()
     world, chunks, predictions = None, [], {}
-    for step, ((images, state), stamp, instruction) in enumerate(zip(episode, stamps, INSTRUCTIONS)):
+    for step, ((images, state), stamp, instruction) in enumerate(zip(episode, stamps, instructions)):
         observation = Observation(stamp, images, state, instruction)
         prefix = runtime.build_prefix(runtime.encode(observation), observation)
         runtime.observe_world(world_episode, prefix)
-        if step % 3 == 0:
-            noise = stage_noise(SEED, "world", step, runtime.spec.world_noise_shape)
+        if step % period == 0:
+            noise = stage_noise(seed, "world", step, runtime.spec.world_noise_shape)
             world = predictions[step] = runtime.predict_world(prefix, noise, world_episode)
-        chunks.append(runtime.act(prefix, world, stage_noise(SEED, "action", step, runtime.spec.noise_shape)))
+        chunks.append(runtime.act(prefix, world, stage_noise(seed, "action", step, runtime.spec.noise_shape)))
     return chunks, predictions
 
 
@@ -154,3 +155,22 @@ def test_one_process_per_node_gives_the_same_chunks(first_run, config, bundle, r
     for a, b in zip(first_run, second_run):
         np.testing.assert_array_equal(a.chunk.actions, b.chunk.actions, err_msg=f"step {a.step}")
         np.testing.assert_array_equal(_positions(a), _positions(b), err_msg=f"step {a.step}")
+
+
+def test_the_shipped_config_in_lock_step_equals_direct_calls():
+    """config/lingbot_va.yaml with its bundle (world every third step), driven step by step."""
+    config = load_config(share_path("config", "lingbot_va.yaml"), {"schedule.mode": "lockstep"})
+    assert config.schedule.world == 3 and config.schedule.action == 1
+    runtime = load_runtime(config.bundle)
+    rng = np.random.default_rng(2)
+    height, width = runtime.spec.image_size
+    steps = [({c: rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for c in runtime.spec.camera_names},
+              np.zeros(len(runtime.spec.state_names), np.float32)) for _ in range(7)]
+    with LockstepGraph(config, runtime=runtime, domain_id=next_domain(), timeout_s=120) as graph:
+        outputs = graph.run(steps, "pick up the red block")
+    chunks, predictions = _direct(runtime, steps, [o.stamp_ns for o in outputs], ["pick up the red block"] * 7,
+                                  config.stages.seed_for(runtime.spec))
+    assert sorted(predictions) == [0, 3, 6] and [o.step for o in outputs if "world" in o.timings and o.timings["world"].sequence] == [0, 3, 6]
+    for output, chunk in zip(outputs, chunks):
+        assert output.chunk.stamp_ns == chunk.stamp_ns == outputs[output.step - output.step % 3].stamp_ns
+        np.testing.assert_allclose(output.chunk.actions, chunk.actions, atol=1e-5, rtol=0, err_msg=f"step {output.step}")
