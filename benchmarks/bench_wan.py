@@ -10,7 +10,7 @@ PyTorch reference (diffusers' WanTransformerBlock) measured in the same run.
 Shape: dim 3072 = 24 heads x 128, FFN 14336; 960 latent tokens = LingBot-VA's RoboTwin setting of 3
 cameras at 256x320 -> Wan2.2 VAE (16x spatial) -> 16x20 latent cells -> patch (1, 2, 2) -> 8x10
 tokens per camera and latent frame, cameras side by side, a chunk of 4 latent frames: grid
-(f, h, w) = (4, 8, 30) (the `wan22_ti2v_5b` preset of models/lingbot_va/config.py). Text: 512 tokens
+(f, h, w) = (4, 8, 30). Text: 512 tokens
 of width 3072 (Wan pads umT5 output to 512). The time embedding is per token (the TI2V-5B form).
 Every call includes the context's cross-attention K/V, as diffusers' block computes them, unless
 --cached-context (the runtime caches them per observation; no PyTorch comparison then).
@@ -61,17 +61,18 @@ def parse_args(argv=None):
     return args
 
 
-def full_size():
-    """The Wan2.2-TI2V-5B block and LingBot-VA's token grid for one frame chunk (config preset)."""
-    from embodied_ros.models.lingbot_va.config import PRESETS
-    return PRESETS["wan22_ti2v_5b"]
+FULL_GRID = (4, 8, 30)  # (frames, rows, columns) of tokens: the setting in the docstring
+
+
+def full_size_block():
+    """The Wan2.2-TI2V-5B block."""
+    from embodied_ros.backbone.wan_block import WanBlockConfig
+    return WanBlockConfig(dim=3072, num_heads=24, ffn_dim=14336, eps=1e-6)
 
 
 def grid_for(tokens: int) -> tuple[int, int, int]:
-    cfg = full_size()
-    grid = cfg.token_grid(cfg.future_frames)
-    if tokens == grid[0] * grid[1] * grid[2]:
-        return grid
+    if tokens == FULL_GRID[0] * FULL_GRID[1] * FULL_GRID[2]:
+        return FULL_GRID
     rows = max(d for d in range(1, int(tokens ** 0.5) + 1) if tokens % d == 0)
     return 1, rows, tokens // rows
 
@@ -80,7 +81,7 @@ def random_block_tensors() -> dict:
     """Bundle-named float32 tensors of one block, drawn like the reference records' weights."""
     import numpy as np
     from embodied_ros.backbone import wan_block as wb
-    cfg, rng = full_size().block, np.random.default_rng(0)
+    cfg, rng = full_size_block(), np.random.default_rng(0)
     tensors = {}
     for name, shape in wb.block_tensor_shapes(cfg).items():
         if wb.is_weight_matrix(name):
@@ -100,7 +101,7 @@ def write_bundle(tensors: dict, plan: str, path: Path) -> float:
     from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY, family_plan
     from embodied_ros.models.lingbot_va.naming import weight_group
     start = time.perf_counter()
-    cfg = full_size().block
+    cfg = full_size_block()
     writer = BundleWriter("lingbot_va", family_plan(plan), group_of=weight_group)
     writer.set_config({BLOCKS_ONLY: {"dim": cfg.dim, "num_heads": cfg.num_heads, "ffn_dim": cfg.ffn_dim,
                                      "eps": cfg.eps, "rope_theta": cfg.rope_theta, "num_layers": 1}})
@@ -135,7 +136,7 @@ def time_block(blocks: dict, args) -> tuple[dict, dict, dict]:
     from embodied_ros.backbone import wan_block as wb
     from embodied_ros.kernels import KernelSet
     from embodied_ros.kernels.rope3d import rope3d_tables
-    cfg, rng = full_size().block, np.random.default_rng(1)
+    cfg, rng = full_size_block(), np.random.default_rng(1)
     x = rng.standard_normal((args.tokens, cfg.dim), dtype=np.float32)
     context = rng.standard_normal((args.text_tokens, cfg.dim), dtype=np.float32)
     temb = 0.5 * rng.standard_normal((args.tokens, 6, cfg.dim), dtype=np.float32)
@@ -209,7 +210,7 @@ def main(argv=None) -> int:
     memory, blocks = load_blocks(args.workdir, args.rewrite)
     wall, cpu, errors = time_block(blocks, args)
     torch_result, torch_note = torch_reference(args)
-    cfg = full_size().block
+    cfg = full_size_block()
     flops = common.flops_wan_block(args.tokens, args.text_tokens, cfg.dim, cfg.ffn_dim)
     if args.cached_context:
         flops -= 2.0 * 2 * args.text_tokens * cfg.dim * cfg.dim  # the context's K/V projections are not run

@@ -1,4 +1,4 @@
-"""Start the embodied_ros graph for a LingBot-VA-style world-action bundle (Wan2.2 blocks).
+"""Start the embodied_ros graph for a LingBot-VA world-action bundle (LeRobot's LingBotVAPolicy layout).
 
     ros2 launch embodied_ros lingbot_va.launch.py [bundle:=/path/model.gguf] [layout:=composed|separate]
         [robot:=none|synthetic] [namespace:=arm] [remaps:=joint_states:=/arm/joint_states,instruction:=/task]
@@ -6,7 +6,7 @@
 
 The same graph as pi05.launch.py (whose arguments all apply), with config/lingbot_va.yaml as the
 default configuration: the world predictor node runs every `schedule.world` steps and the action
-head reads its latest prediction.
+head streams its latest prediction (the world node carries the episode from run to run).
 """
 
 from pathlib import Path

@@ -44,7 +44,15 @@ class FakeRuntime:
         return StageResult("prefix", observation.stamp_ns, {"summary": summary},
                            meta={"embeddings_stamp": embeddings.stamp_ns})
 
-    def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None) -> StageResult | None:
+    def world_episode(self) -> list[int]:
+        """The world predictor's state: the stamps of the prefixes it observed."""
+        return []
+
+    def observe_world(self, episode: list[int], prefix: StageResult) -> None:
+        episode.append(prefix.stamp_ns)
+
+    def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None,
+                      episode: list[int] | None = None) -> StageResult | None:
         if not self.spec.has_world_model:
             return None
         self._log("world", prefix.stamp_ns)

@@ -1,5 +1,5 @@
 """Real bundles for the graph's acceptance tests: the shipped pi0.5 bundle (or one converted from
-the tiny checkpoint in test data), and a small random-weight world-action bundle."""
+the tiny checkpoint in test data), and LingBot-VA's tiny lerobot checkpoint of test data as a bundle."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_PI05 = ROOT / "bundles" / "pi05_tiny.gguf"
 PI05_CHECKPOINT = ROOT / "test" / "data" / "pi05_tiny_checkpoint" / "checkpoint"
+LINGBOT_VA_CHECKPOINT = ROOT / "test" / "data" / "lingbot_va_tiny" / "checkpoint"
 
 
 def pi05_bundle(tmp_path_factory) -> Path:
@@ -22,10 +23,7 @@ def pi05_bundle(tmp_path_factory) -> Path:
 
 
 def world_action_bundle(tmp_path_factory) -> Path:
-    from embodied_ros.models.lingbot_va.checkpoint import write_random_checkpoint
-    from embodied_ros.models.lingbot_va.config import PRESETS
-    from embodied_ros.models.lingbot_va.convert import convert_checkpoint
+    from embodied_ros.models.lingbot_va.lerobot_bundle import convert_checkpoint
 
     folder = tmp_path_factory.mktemp("lingbot_va")
-    write_random_checkpoint(folder / "checkpoint", PRESETS["small"], seed=0)
-    return Path(convert_checkpoint(folder / "checkpoint", folder / "small.gguf"))
+    return convert_checkpoint(LINGBOT_VA_CHECKPOINT, folder / "lingbot_va_tiny.gguf", reference=False)

@@ -56,7 +56,8 @@ def test_bad_settings_are_refused(bare_save, tmp_path, args, message):
     assert message in result.stderr
 
 
-def test_families_without_settings_refuse_them(tmp_path):
-    block = Path(__file__).parent / "data" / "wan_block_tiny"
+def test_sources_without_settings_refuse_them(tmp_path):
+    block = Path(__file__).parent / "data" / "wan_block_tiny"  # lingbot_va takes settings for LeRobot checkpoints only
     result = convert(str(block), str(tmp_path / "w.gguf"), "--set", "a=1")
-    assert result.returncode == 1 and "takes no --set" in result.stderr
+    assert result.returncode == 1 and "--set settings apply to lerobot lingbot_va checkpoints only" in result.stderr
+    assert not (tmp_path / "w.gguf").exists()

@@ -181,7 +181,7 @@ def _simulate(trigger, arrivals, end_ns):
 def test_action_head_runs_every_step_over_a_prefix_and_prediction_made_every_third_step():
     from embodied_ros.node_infra.schedule import FreeRunTrigger
 
-    # lingbot_va.yaml: step 100, prefix and world every 3 steps (the world 8 after its prefix)
+    # step 100, a prefix and a prediction every 3 steps (the prediction 8 after its prefix)
     trigger = FreeRunTrigger(period_ns=100, upstream_periods_ns={"prefix": 300, "world": 300}, slack_ns=50,
                              resolves=True)
     arrivals = sorted([(300 * k + 12, "prefix") for k in range(40)] + [(300 * k + 20, "world") for k in range(40)])

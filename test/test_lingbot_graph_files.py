@@ -11,7 +11,7 @@ from launch_stand_in import launch_actions
 def test_config_sets_every_graph_setting_and_predicts_every_third_step():
     config = load_config(ROOT / "config" / "lingbot_va.yaml")
     assert config.bundle == str((ROOT / "bundles" / "lingbot_va_small.gguf").resolve())
-    assert (config.schedule.world, config.schedule.action, config.schedule.prefix) == (3, 1, 3)
+    assert (config.schedule.world, config.schedule.action, config.schedule.prefix, config.schedule.perception) == (3, 1, 1, 1)
     ours = flatten(yaml.safe_load((ROOT / "config" / "lingbot_va.yaml").read_text()))
     theirs = flatten(yaml.safe_load((ROOT / "config" / "pi05.yaml").read_text()))
     assert set(ours) == set(theirs)

@@ -40,8 +40,23 @@ def test_bundle_verify_reruns_the_reference_episode(bundle):
     assert error == 0.0 and tolerance == lerobot_bundle.REFERENCE_TOLERANCE
     # three chunks: chunk 0's (F-1)*P steps, then two chunks of F*P
     assert bundle.reference.expected["actions"].shape == (4 + 8 + 8, 7)
-    with pytest.raises(ValueError, match="step-loop policy"):
-        lingbot_va.load_runtime(bundle)
+
+
+def test_graph_settings_default_and_are_checked(bundle, tmp_path):
+    assert bundle.config[lerobot_bundle.GRAPH_SECTION] == {
+        "action_period_s": 0.1, "action_names": [f"action_{i}" for i in range(7)]}
+    spec = lingbot_va.spec_of(bundle)
+    assert spec.camera_names == ("image", "image2") and spec.action_period_s == 0.1 and spec.has_world_model
+    names = ["j0", "j1", "j2", "j3", "j4", "j5", "grip"]
+    path = tmp_path / "set.gguf"
+    convert.convert(CHECKPOINT, path, lerobot_bundle._plan("f32"),
+                    overrides={"action_period_s": 0.05, "action_names": names})
+    spec = lingbot_va.spec_of(open_bundle(path))
+    assert spec.action_period_s == 0.05 and spec.action_names == tuple(names) == spec.state_names
+    for settings, message in (({"action_period_s": 0}, "action_period_s"), ({"action_names": names[:3]}, "7 distinct"),
+                              ({"fps": 20}, "unknown lingbot_va conversion setting")):
+        with pytest.raises(ValueError, match=message):
+            convert.convert(CHECKPOINT, tmp_path / "bad.gguf", lerobot_bundle._plan("f32"), overrides=settings)
 
 
 @pytest.mark.parametrize("folder", [TINY, *EXTRA], ids=lambda p: p.name)

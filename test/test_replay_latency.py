@@ -86,6 +86,11 @@ def test_evaluate_checks_commands_as_received_and_stage_ratios():
     assert any(f.startswith("action stage compute in the graph 1.40x its time alone > 1.30x") for f in failures)
     never_ran = LatencyMeasurement(end_to_end_ms=[40.0] * 11, command_stamps_ns=sent, stage_alone_ms={"action": 10.0})
     assert any("action stage: no compute time measured" in f for f in evaluate(never_ran, budget).failures)
+    tiny_call = LatencyMeasurement(end_to_end_ms=[40.0] * 11, command_stamps_ns=sent, command_arrivals_ns=sent,
+                                   stage_compute_ms={"action": [0.3] * 3, "world": [14.0] * 3},
+                                   stage_alone_ms={"action": 0.05, "world": 10.0})
+    failures = evaluate(tiny_call, budget).failures  # a 50 us call is not judged; the world stage is
+    assert len(failures) == 1 and failures[0].startswith("world stage compute in the graph 1.40x its time alone")
 
 
 def test_budget_bounds_on_arrival_and_ratios_are_checked(tmp_path):

@@ -38,6 +38,11 @@ def stage_topic(stage: str) -> str:
     return f"embodied/{stage}"
 
 
+def world_frames_topic(camera: str) -> str:
+    """The world predictor's decoded frames of one camera (stages.world_frames_every)."""
+    return f"embodied/world_frames/{camera}"
+
+
 def _profile(depth: int, reliable: bool = True, latched: bool = False) -> QoSProfile:
     return QoSProfile(
         history=HistoryPolicy.KEEP_LAST, depth=depth,

@@ -41,6 +41,10 @@ class StageNode(GraphNode):
         """The runtime call; returns a StageResult (or ActionChunkResult for the action head)."""
         raise NotImplementedError
 
+    def upstream_arrived(self, name: str, output: Any) -> None:
+        """Every upstream output as it arrives (None: a skip marker or undecodable), also on the
+        steps this stage does not run."""
+
     def publish_result(self, step: int, sequence: int, result: Any, now_ns: int) -> None:
         """Publish `result` (None: the skip marker of a lock-step step)."""
         store = self.store if self.config.by_reference else None
@@ -92,6 +96,7 @@ class StageNode(GraphNode):
         except (LookupError, ValueError) as error:
             self.stats.record_error(f"{name}: {error}")
             output = None
+        self.upstream_arrived(name, output)
         self._read_upstream(name, msg, output)
 
     def _upstream_of_step(self, name: str, msg: StageOutput, output: Any) -> None:

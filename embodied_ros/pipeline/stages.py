@@ -12,6 +12,8 @@ Stages, in data-flow order (each a node in the graph, each may run at its own pe
                 -> prefix cache (K/V of the observation prefix, read-only)    (every N steps)
   predict_world world predictor: prefix -> predicted future world state
                 (None for models without one, e.g. pi0.5)                     (every N steps)
+                in an episode it carries from run to run (`world_episode()`, models with a
+                world model: the world node holds it, a new one per node)
   act           head: prefix (+ world) + noise -> action chunk                (every step)
                 (+ continuation: the executing chunk's leftover, real-time chunking)
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -56,7 +58,15 @@ class Runtime(Protocol):
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult: ...
 
-    def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None) -> StageResult | None: ...
+    def world_episode(self) -> Any:
+        """Models with a world model: the state predict_world carries from run to run (None: none)."""
+
+    def observe_world(self, episode: Any, prefix: StageResult) -> None:
+        """Models with a world model: every prefix output reaches the episode, also on the steps the
+        world predictor does not run."""
+
+    def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None,
+                      episode: Any = None) -> StageResult | None: ...
 
     def act(
         self, prefix: StageResult, world: StageResult | None, noise: np.ndarray | None = None,
@@ -65,23 +75,27 @@ class Runtime(Protocol):
 
 
 def infer(runtime: Runtime, observation: Observation, noise: np.ndarray | None = None,
-          world_noise: np.ndarray | None = None) -> ActionChunkResult:
-    """All stages once, in order: the direct call the node graph must reproduce."""
+          world_noise: np.ndarray | None = None, episode: Any = None) -> ActionChunkResult:
+    """All stages once, in order: the direct call the node graph must reproduce (`episode`: the
+    world predictor's, for models with a world model)."""
     embeddings = runtime.encode(observation)
     prefix = runtime.build_prefix(embeddings, observation)
-    world = runtime.predict_world(prefix, world_noise)
+    world = runtime.predict_world(prefix, world_noise, episode)
     return runtime.act(prefix, world, noise)
 
 
-def blank_inference(runtime: Runtime) -> None:
-    """One full inference on a blank observation (black images, zero state): a warm-up for runtimes
-    whose model has no smaller one."""
+def blank_inference(runtime: Runtime, chunks: int = 1) -> None:
+    """Full inferences on blank observations (black images, zero state), `chunks` of them in one
+    world episode: a warm-up for runtimes whose model has no smaller one."""
     spec = runtime.spec
     height, width = spec.image_size
-    observation = Observation(
-        stamp_ns=0, images={name: np.zeros((height, width, 3), np.uint8) for name in spec.camera_names},
-        state=np.zeros(len(spec.state_names), np.float32), instruction="warm up")
-    infer(runtime, observation, np.zeros(spec.noise_shape, np.float32))
+    episode = runtime.world_episode() if spec.has_world_model else None
+    world_noise = np.zeros(spec.world_noise_shape, np.float32) if spec.has_world_model else None
+    for index in range(chunks):
+        observation = Observation(
+            stamp_ns=index, images={name: np.zeros((height, width, 3), np.uint8) for name in spec.camera_names},
+            state=np.zeros(len(spec.state_names), np.float32), instruction="warm up")
+        infer(runtime, observation, np.zeros(spec.noise_shape, np.float32), world_noise, episode)
 
 
 def _family(bundle, bundle_path):

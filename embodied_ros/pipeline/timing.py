@@ -51,14 +51,16 @@ def stage_times_ms(runtime: Runtime, repeats: int = 5, observation: Observation 
 def _time_stages(runtime: Runtime, repeats: int, observation: Observation) -> dict[str, list[float]]:
     spec = runtime.spec
     runs: dict[str, list[float]] = {stage: [] for stage in GRAPH_STAGES}
+    # one world episode across the repeats: its chunks after the first are fed back, as in a graph
+    episode = runtime.world_episode() if spec.has_world_model else None
+    world_noise = np.zeros(spec.world_noise_shape, np.float32) if spec.has_world_model else None
     for _ in range(repeats):
         start = time.perf_counter()
         embeddings = runtime.encode(observation)
         encoded = time.perf_counter()
         prefix = runtime.build_prefix(embeddings, observation)
         prefixed = time.perf_counter()
-        world = runtime.predict_world(prefix, np.zeros(spec.world_noise_shape, np.float32)
-                                      if spec.has_world_model else None)
+        world = runtime.predict_world(prefix, world_noise, episode)
         predicted = time.perf_counter()
         runtime.act(prefix, world, np.zeros(spec.noise_shape, np.float32))
         acted = time.perf_counter()

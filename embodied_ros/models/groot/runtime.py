@@ -110,7 +110,7 @@ class GrootRuntime:
                    "state": self.normalized_state(observation)}
         return StageResult("prefix", observation.stamp_ns, tensors, {"n_tokens": int(tokens.size)})
 
-    def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None) -> None:
+    def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None, episode=None) -> None:
         return None
 
     # ---- actions ---------------------------------------------------------------------------

@@ -1,65 +1,57 @@
-"""LingBot-VA-style world-action model on Wan2.2 transformer blocks (bundle architecture "lingbot_va").
+"""LingBot-VA as LeRobot 0.6.1 implements it (bundle architecture "lingbot_va"), and Wan block records.
 
 Family entry points (see embodied_ros/bundle/__init__.py and pipeline/stages.py):
-  load_runtime(bundle, backend)          -> LingbotVARuntime (encode, build_prefix, predict_world, act)
+  load_runtime(bundle, backend)          -> LingbotVARuntime (encode, build_prefix, world_episode,
+                                            predict_world, act)
   spec_of(bundle)                        -> its ModelSpec from the bundle's metadata
   verify_reference(bundle, backend)      -> (max abs error, tolerance) of the bundle's reference record
-  recognizes_fixture(path), run_fixture_parity(path, quant)   Wan block records for `embodied-ros parity`
-  convert.detect / convert.convert       checkpoint folders -> bundles
+  recognizes_fixture(path), run_fixture_parity(path, quant)   lerobot records and Wan block records
+                                            for `embodied-ros parity`
+  convert.detect / convert.convert       checkpoint folders and block records -> bundles
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from embodied_ros.models.lingbot_va.config import ARCHITECTURE, PRESETS, LingbotVAConfig
+from embodied_ros.models.lingbot_va.config import ARCHITECTURE
 
 
-def _bundle_config(bundle) -> LingbotVAConfig:
+def _model_bundle(bundle):
+    """The bundle, if it holds a LingBot-VA model in lerobot's layout (one that runs in the graph)."""
     from embodied_ros.models.lingbot_va import lerobot_bundle
     from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
 
     if BLOCKS_ONLY in bundle.config:
         raise ValueError(f"{bundle.path}: holds bare Wan blocks (a parity record), not a world-action model")
-    if lerobot_bundle.is_bundle(bundle):
-        raise ValueError(f"{bundle.path}: a lerobot-layout LingBot-VA bundle runs as a step-loop policy "
-                         "(models/lingbot_va/lerobot_bundle.load_policy), not through the graph stages yet")
-    return LingbotVAConfig.from_dict(bundle.config)
+    if not lerobot_bundle.is_bundle(bundle):
+        raise ValueError(f"{bundle.path}: not a LingBot-VA bundle in lerobot's layout (convert the checkpoint again)")
+    return bundle
 
 
 def load_runtime(bundle, backend: str = "numba"):
     """The world-action runtime of a lingbot_va bundle (read by `pipeline.stages.load_runtime`)."""
-    from embodied_ros.models.lingbot_va import transformer
-    from embodied_ros.models.lingbot_va.runtime import LingbotVARuntime
-    from embodied_ros.models.lingbot_va.text import Tokenizer
+    from embodied_ros.models.lingbot_va.runtime import load_runtime as load
 
-    cfg = _bundle_config(bundle)
-    if bundle.tokenizer_model is None:
-        raise ValueError(f"{bundle.path}: the bundle has no tokenizer")
-    weights = transformer.load_weights(bundle.weight, cfg)
-    return LingbotVARuntime(cfg, weights, bundle.stats, Tokenizer(bundle.tokenizer_model, cfg.max_text_tokens),
-                            backend)
+    return load(_model_bundle(bundle), backend)
 
 
 def spec_of(bundle):
     """The ModelSpec of a lingbot_va bundle from its metadata (no weights read)."""
     from embodied_ros.models.lingbot_va.runtime import model_spec
 
-    return model_spec(_bundle_config(bundle))
+    return model_spec(_model_bundle(bundle))
 
 
 def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     """Run the bundle's reference record: (largest max-abs error over its cases, tolerance). A
-    blocks-only bundle reruns its recorded Wan block cases; a whole model its world-action case."""
+    blocks-only bundle reruns its recorded Wan block cases; a model its reference episode."""
     from embodied_ros.models.lingbot_va import lerobot_bundle
     from embodied_ros.models.lingbot_va.convert import BLOCKS_ONLY
     from embodied_ros.models.lingbot_va.parity import run_block_reference
-    from embodied_ros.models.lingbot_va.reference import verify
 
-    if lerobot_bundle.is_bundle(bundle):
-        return lerobot_bundle.verify_reference(bundle, backend)
     if BLOCKS_ONLY not in bundle.config:
-        return verify(bundle, backend)
+        return lerobot_bundle.verify_reference(_model_bundle(bundle), backend)
     results = run_block_reference(bundle, backend)
     return max(r.max_abs_error for r in results), results[0].tolerance
 
@@ -83,5 +75,5 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
     return run(Path(path), quant, backend)
 
 
-__all__ = ["ARCHITECTURE", "PRESETS", "LingbotVAConfig", "load_runtime", "spec_of", "recognizes_fixture",
+__all__ = ["ARCHITECTURE", "load_runtime", "spec_of", "recognizes_fixture",
            "run_fixture_parity", "verify_reference"]

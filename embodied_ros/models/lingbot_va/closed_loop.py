@@ -34,6 +34,29 @@ def seeded_noise(seed: int) -> NoiseSource:
     return draw
 
 
+def camera_frames(images: Mapping[str, np.ndarray], camera_names: Sequence[str], image_hw: tuple[int, int]) -> np.ndarray:
+    """uint8 HWC camera images -> (n_cam, 3, H, W) in [-1, 1] at the model size."""
+    frames = []
+    for name in camera_names:
+        image = images.get(name)
+        if image is None or np.ndim(image) != 3 or np.shape(image)[2] != 3 or np.asarray(image).dtype != np.uint8:
+            raise ValueError(f"lingbot_va: camera {name!r} needs an (h, w, 3) uint8 image, got "
+                             f"{None if image is None else (np.shape(image), np.asarray(image).dtype)}")
+        rgb = np.asarray(image, np.float32).transpose(2, 0, 1) / np.float32(255.0)
+        frames.append(wan_vae.resize_bilinear(rgb, *image_hw) * np.float32(2.0) - np.float32(1.0))
+    return np.stack(frames).astype(np.float32)
+
+
+def encode_clips(vae: wan_vae.WanVAEEncoder, clips: np.ndarray, streams: Sequence[wan_vae.Stream]) -> np.ndarray:
+    """(n_cam, 3, T, H, W) through each camera's stream -> latents (48, T', R, n_cam*W') side by side."""
+    return np.concatenate([vae.latents(clip, stream) for clip, stream in zip(clips, streams)], axis=3)
+
+
+def prompt_rows(prompts: PromptEncoder, chunk: ChunkConfig, task: str) -> list[np.ndarray]:
+    """The UMT5 embeddings of the instruction, and of "" (the negative prompt) when a stream is guided."""
+    return [prompts(task)] + ([prompts("")] if chunk.cfg_rows == 2 else [])
+
+
 class LingbotVAPolicy:
     def __init__(self, ks, cfg: ds.DualStreamConfig, chunk: ChunkConfig, weights: ds.DualStreamWeights,
                  prompts: PromptEncoder, vae: wan_vae.WanVAEEncoder, camera_names: Sequence[str],
@@ -57,22 +80,6 @@ class LingbotVAPolicy:
         self.predicted_latents: np.ndarray | None = None  # the last chunk's, normalized (48, F, R, n_cam*W')
         self.last_substep = -1
 
-    def _frames(self, images: Mapping[str, np.ndarray]) -> np.ndarray:
-        """uint8 HWC camera images -> (n_cam, 3, H, W) in [-1, 1] at the model size."""
-        frames = []
-        for name in self.camera_names:
-            image = images.get(name)
-            if image is None or np.ndim(image) != 3 or np.shape(image)[2] != 3 or np.asarray(image).dtype != np.uint8:
-                raise ValueError(f"lingbot_va: camera {name!r} needs an (h, w, 3) uint8 image, got "
-                                 f"{None if image is None else (np.shape(image), np.asarray(image).dtype)}")
-            rgb = np.asarray(image, np.float32).transpose(2, 0, 1) / np.float32(255.0)
-            frames.append(wan_vae.resize_bilinear(rgb, *self.image_hw) * np.float32(2.0) - np.float32(1.0))
-        return np.stack(frames).astype(np.float32)
-
-    def _encode(self, clips: np.ndarray) -> np.ndarray:
-        """(n_cam, 3, T, H, W) through each camera's stream -> latents (48, T', R, n_cam*W') side by side."""
-        return np.concatenate([self.vae.latents(clip, stream) for clip, stream in zip(clips, self.streams)], axis=3)
-
     def _queue(self, actions: np.ndarray, chunk_index: int) -> None:
         used = actions[list(self.chunk.used_action_channel_ids)]  # [a, F, P]
         for f in range(1 if chunk_index == 0 else 0, used.shape[1]):
@@ -87,17 +94,17 @@ class LingbotVAPolicy:
 
     def select_action(self, images: Mapping[str, np.ndarray], task: str) -> np.ndarray:
         """One environment step: the next action (used channels, model space)."""
-        frames = self._frames(images)
+        frames = camera_frames(images, self.camera_names, self.image_hw)
         if self.episode is None:
-            rows = [self.prompts(task)] + ([self.prompts("")] if self.chunk.cfg_rows == 2 else [])
-            self.episode = Episode(self.ks, self.cfg, self.chunk, self.weights, rows, self.latent_hw)
-            self.init_latent = self._encode(frames[:, :, None])
+            self.episode = Episode(self.ks, self.cfg, self.chunk, self.weights, prompt_rows(self.prompts, self.chunk, task),
+                                   self.latent_hw)
+            self.init_latent = encode_clips(self.vae, frames[:, :, None], self.streams)
             self._sample(self.init_latent)
         else:
             if (self.last_substep + 1) % self.chunk.keyframe_stride == 0:
                 self.keyframes.append(frames)
             if not self.queue:
-                observed = self._encode(np.stack(self.keyframes, axis=2))
+                observed = encode_clips(self.vae, np.stack(self.keyframes, axis=2), self.streams)
                 if self.episode.index == 1:
                     observed = np.concatenate([self.init_latent, observed], axis=1)
                 self.keyframes = []

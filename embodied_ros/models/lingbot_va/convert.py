@@ -1,32 +1,29 @@
 """Checkpoints -> lingbot_va bundles (the family's side of `embodied-ros bundle convert`).
 
-Three sources are accepted:
-- lerobot's LingBot-VA checkpoint with its frozen modules (lerobot_bundle.py): the real model;
-- a LingBot-VA checkpoint folder (checkpoint.py): the whole world-action model;
+Two sources are accepted:
+- lerobot's LingBot-VA checkpoint with its frozen modules (lerobot_bundle.py);
 - a Wan block record folder (`block.safetensors` = one `WanTransformerBlock.state_dict()` with
   diffusers names, plus `config.json`, optionally `cases.npz`), e.g. the reference records: a
   bundle holding that block alone ("blocks only"), whose reference record is the recorded cases.
 
-Weights are renamed (naming.py), reshaped to the bundle layout and stored per the quantization plan;
-the plan's groups are naming.weight_group's (modulation, self_attn, cross_attn, ffn, embed, head,
-encoder, text). 1-D tensors (biases, norm weights) always stay float32, and so do the modulation
-tables unless the plan names their group: they are added to the time embedding, are tiny, and
-every token's shift/scale/gate comes from them.
+A block's weights are renamed (naming.py) and stored per the quantization plan; the plan's groups
+are naming.weight_group's (modulation, self_attn, cross_attn, ffn). 1-D tensors (biases, norm
+weights) always stay float32, and so do the modulation tables unless the plan names their group:
+they are added to the time embedding, are tiny, and every token's shift/scale/gate comes from them.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 from safetensors.numpy import load_file
 
-from embodied_ros.bundle import BundleWriter, QuantPlan, ReferenceRecord, RobotMetadata, open_bundle
-from embodied_ros.models.lingbot_va import checkpoint, lerobot_bundle, naming
+from embodied_ros.bundle import BundleWriter, QuantPlan, ReferenceRecord
+from embodied_ros.models.lingbot_va import lerobot_bundle, naming
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE
-from embodied_ros.models.lingbot_va.reference import make_reference
-from embodied_ros.models.lingbot_va.transformer import tensor_shapes
 
 BLOCK_FILE, BLOCK_CONFIG, BLOCK_CASES = "block.safetensors", "config.json", "cases.npz"
 BLOCKS_ONLY = "blocks_only"  # config section of a bundle that holds bare Wan blocks
@@ -41,57 +38,30 @@ def is_block_record(source: Path) -> bool:
 
 def detect(source: Path) -> bool:
     source = Path(source)
-    return checkpoint.is_checkpoint(source) or is_block_record(source) or lerobot_bundle.is_checkpoint(source)
+    return is_block_record(source) or lerobot_bundle.is_checkpoint(source)
 
 
 def convert(source: Path, output: Path, quant_plan: QuantPlan, reference: Path | None = None,
-            progress: bool = False) -> None:
+            progress: bool = False, overrides: Mapping[str, Any] | None = None) -> None:
     source = Path(source)
+    if overrides and not lerobot_bundle.is_checkpoint(source):
+        raise ValueError("--set settings apply to lerobot lingbot_va checkpoints only")
     if lerobot_bundle.is_checkpoint(source):
         if reference is not None:
             raise ValueError("a lerobot lingbot_va checkpoint's bundle records its own reference; omit --reference")
-        lerobot_bundle.convert_checkpoint(source, output, quant_plan, progress)
-    elif checkpoint.is_checkpoint(source):
-        if reference is not None:
-            raise ValueError("lingbot_va model checkpoints have no PyTorch reference records; omit --reference")
-        convert_checkpoint(source, output, quant_plan, progress)
+        lerobot_bundle.convert_checkpoint(source, output, quant_plan, progress, settings=overrides)
     elif is_block_record(source):
         convert_block_record(source, output, quant_plan, reference or source, progress)
     else:
         raise ValueError(f"{source}: neither lerobot's lingbot_va checkpoint (config.json of type "
-                         f"{lerobot_bundle.POLICY_TYPE!r} + model.safetensors), a lingbot_va checkpoint folder "
-                         f"({checkpoint.CONFIG_FILE} with _class_name {checkpoint.CLASS_NAME!r}) nor a Wan block "
-                         f"record ({BLOCK_FILE} + {BLOCK_CONFIG})")
+                         f"{lerobot_bundle.POLICY_TYPE!r} + model.safetensors) nor a Wan block record "
+                         f"({BLOCK_FILE} + {BLOCK_CONFIG})")
 
 
 def family_plan(plan: QuantPlan | str | None) -> QuantPlan:
     """The plan as given, with the modulation tables kept float32 unless it names them."""
     plan = plan if isinstance(plan, QuantPlan) else QuantPlan.parse(plan)
     return plan if "modulation" in plan.types else QuantPlan({**plan.types, "modulation": "f32"})
-
-
-def convert_checkpoint(source: Path, output: Path, quant_plan: QuantPlan | str | None = None,
-                       progress: bool = False) -> Path:
-    """The whole model: config, weights, normalization stats, tokenizer, solver and robot metadata,
-    and a reference record: the bundle is written, run once by the numpy backend on a fixed case
-    (reference.py), and written again with that run recorded."""
-    cfg, tensors, tokenizer = checkpoint.read_checkpoint(source)
-    weights = naming.convert_tensors(tensors)
-    expected = tensor_shapes(cfg)
-    if set(weights) != set(expected):
-        raise ValueError(f"{source}: converted names differ from the model's: missing "
-                         f"{sorted(set(expected) - set(weights))}, extra {sorted(set(weights) - set(expected))}")
-    writer = BundleWriter(ARCHITECTURE, family_plan(quant_plan), group_of=naming.weight_group)
-    writer.set_config(cfg.to_dict())
-    writer.add_weights(weights)
-    writer.set_stats(naming.convert_stats(tensors))
-    writer.set_tokenizer(tokenizer)
-    writer.set_solver({"method": "euler", "world_steps": cfg.world_steps, "action_steps": cfg.action_steps})
-    writer.set_robot(RobotMetadata(cfg.state_names, cfg.action_names, cfg.action_period_s))
-    writer.set_source(str(source))
-    writer.write(output, progress=progress)
-    writer.set_reference(make_reference(open_bundle(output, architecture=ARCHITECTURE)))
-    return writer.write(output, progress=progress)
 
 
 def block_config(values: dict) -> dict:

@@ -19,6 +19,7 @@ Only the math is here; which calls run in which order is `policy.py`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -27,7 +28,6 @@ import numpy as np
 from embodied_ros.backbone.wan_block import (KV, Rope, WanBlockConfig, WanBlockWeights, context_kv,
                                              load_block_weights, wan_block)
 from embodied_ros.models.lingbot_va.naming import BLOCK_NAMES
-from embodied_ros.models.lingbot_va.transformer import patchify, timestep_features, unpatchify
 
 VIDEO, ACTION = "video", "action"
 # update_cache values of lerobot's transformer call
@@ -333,6 +333,33 @@ class SlotPool:
     def occupy(self, slots: np.ndarray) -> None:
         """Mark reserved slots as attended during the call (they hold this call's keys)."""
         self.entry[slots] = np.iinfo(np.int64).max  # not an eviction candidate while the call runs
+
+
+# ---- tokens and time features ------------------------------------------------------------------
+
+def timestep_features(timestep: float, freq_dim: int) -> np.ndarray:
+    """Sinusoidal features [1, freq] of a timestep: [cos, sin] halves (diffusers Timesteps with
+    flip_sin_to_cos=True, downscale_freq_shift=0), in float32 as diffusers computes them."""
+    half = freq_dim // 2
+    exponent = np.float32(-math.log(10000.0)) * np.arange(half, dtype=np.float32) / np.float32(half)
+    angles = np.float32(timestep) * np.exp(exponent)
+    return np.concatenate([np.cos(angles), np.sin(angles)])[None, :].astype(np.float32)
+
+
+def patchify(latents: np.ndarray, p: int) -> np.ndarray:
+    """[C, F, R, W] -> tokens [F*(R/p)*(W/p), C*p*p], tokens row-major over (frame, row, column),
+    features ordered (channel, dy, dx) as Wan's Conv3d patch embedding reads them."""
+    c, f, r, w = latents.shape
+    grid = latents.reshape(c, f, r // p, p, w // p, p)
+    return np.ascontiguousarray(grid.transpose(1, 2, 4, 0, 3, 5).reshape(f * (r // p) * (w // p), c * p * p))
+
+
+def unpatchify(tokens: np.ndarray, grid: tuple[int, int, int], p: int, channels: int) -> np.ndarray:
+    """Output tokens [S, p*p*C] (features ordered (dy, dx, channel) as Wan's proj_out writes them)
+    -> [C, F, R, W]."""
+    f, rows, cols = grid
+    patches = tokens.reshape(f, rows, cols, p, p, channels)
+    return np.ascontiguousarray(patches.transpose(5, 0, 1, 3, 2, 4).reshape(channels, f, rows * p, cols * p))
 
 
 # ---- one transformer call ------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -56,6 +57,29 @@ VAE_KEYS = ("base_dim", "decoder_base_dim", "z_dim", "dim_mult", "num_res_blocks
             "latents_mean", "latents_std", "in_channels", "is_residual", "attn_scales")
 TEXT_KEYS = ("vocab_size", "d_model", "d_kv", "num_heads", "d_ff", "num_layers", "relative_attention_num_buckets",
              "relative_attention_max_distance", "layer_norm_epsilon", "feed_forward_proj")
+
+# the graph's settings (`bundle convert --set KEY=VALUE`), a config section of their own: lerobot's
+# checkpoint has no time base and names no joints
+GRAPH_SECTION = "graph"
+DEFAULT_ACTION_PERIOD_S = 0.1  # one row per 0.1 s control step, as select_action returns one per step
+
+
+def graph_settings(settings: Mapping[str, Any] | None, used_channels: int) -> dict[str, Any]:
+    """{action_period_s, action_names} from the conversion settings, checked (defaults: 0.1 s, action_<i>)."""
+    settings = dict(settings or {})
+    unknown = sorted(set(settings) - {"action_period_s", "action_names"})
+    if unknown:
+        raise ValueError(f"unknown lingbot_va conversion setting(s) {unknown}; known: ['action_names', 'action_period_s']")
+    period = settings.get("action_period_s", DEFAULT_ACTION_PERIOD_S)
+    if isinstance(period, bool) or not isinstance(period, (int, float)) or not 0 < period < 10:
+        raise ValueError(f"action_period_s must be a number of seconds in (0, 10), got {period!r}")
+    names = settings.get("action_names", [f"action_{i}" for i in range(used_channels)])
+    if (not isinstance(names, (list, tuple)) or len(names) != used_channels
+            or not all(isinstance(name, str) and name for name in names) or len(set(names)) != len(names)):
+        raise ValueError(f"action_names must be {used_channels} distinct names (one per used action channel), "
+                         f"got {names!r}")
+    return {"action_period_s": float(period), "action_names": [str(name) for name in names]}
+
 
 # reference record made at conversion: a fixed episode over 3 chunks (feedback, pool eviction on
 # long enough chunks) run by the numpy backend; `bundle verify` reruns it
@@ -150,10 +174,12 @@ def read_checkpoint(source: Path) -> tuple[dict, dict[str, np.ndarray], bytes, d
 
 
 def convert_checkpoint(source: Path, output: Path, quant_plan: QuantPlan | str | None = None,
-                       progress: bool = False, reference: bool = True) -> Path:
+                       progress: bool = False, reference: bool = True,
+                       settings: Mapping[str, Any] | None = None) -> Path:
     """Checkpoint folder -> bundle; with `reference`, the bundle is run once by the numpy backend on
-    a fixed episode and written again with that run recorded."""
+    a fixed episode and written again with that run recorded. `settings`: the graph's (graph_settings)."""
     sections, tensors, tokenizer, quantiles = read_checkpoint(source)
+    sections[GRAPH_SECTION] = graph_settings(settings, len(sections[SECTION]["used_action_channel_ids"]))
     cfg = ds.DualStreamConfig.from_lerobot(sections[SECTION])
     shapes = ds.tensor_shapes(cfg)
     transformer = {name[len("transformer."):]: value for name, value in tensors.items()
@@ -188,10 +214,24 @@ def _prefixed(bundle, prefix: str, stored: bool = False):
     return get
 
 
-def load_policy(bundle, backend: str = "numba", noise: NoiseSource | None = None,
-                **overrides: Any) -> LingbotVAPolicy:
-    """The step-loop policy of a lerobot-layout bundle; `overrides` replace inference settings
-    (e.g. guidance_scale). Noise defaults to a generator seeded per chunk."""
+@dataclass(frozen=True)
+class LoadedModel:
+    """A lerobot-layout bundle's parts, as the step-loop policy and the graph's runtime use them."""
+
+    ks: KernelSet
+    cfg: ds.DualStreamConfig
+    chunk: ChunkConfig
+    weights: ds.DualStreamWeights
+    prompts: PromptEncoder
+    vae: wan_vae.WanVAEEncoder
+    camera_names: tuple[str, ...]  # lerobot's observation keys, in model order
+    image_hw: tuple[int, int]
+    q01: np.ndarray
+    q99: np.ndarray
+
+
+def load_model(bundle, backend: str = "numba", **overrides: Any) -> LoadedModel:
+    """The parts of a lerobot-layout bundle; `overrides` replace inference settings (e.g. guidance_scale)."""
     config = {**bundle.config[SECTION], **overrides}
     cfg = ds.DualStreamConfig.from_lerobot(config)
     ks = KernelSet(backend)
@@ -205,9 +245,18 @@ def load_policy(bundle, backend: str = "numba", noise: NoiseSource | None = None
     vae = wan_vae.WanVAEEncoder(wan_vae.WanVAEConfig.from_diffusers(bundle.config["vae"]),
                                 {name[len("vae."):]: bundle.weight(name) for name in vae_names})
     stats = bundle.stats["action"]
-    return LingbotVAPolicy(ks, cfg, ChunkConfig.from_lerobot(config), weights, prompts, vae, config["obs_cam_keys"],
-                           (int(config["height"]), int(config["width"])), stats["q01"], stats["q99"],
-                           noise or seeded_noise(_REFERENCE_SEED))
+    return LoadedModel(ks, cfg, ChunkConfig.from_lerobot(config), weights, prompts, vae, tuple(config["obs_cam_keys"]),
+                       (int(config["height"]), int(config["width"])), np.asarray(stats["q01"], np.float32),
+                       np.asarray(stats["q99"], np.float32))
+
+
+def load_policy(bundle, backend: str = "numba", noise: NoiseSource | None = None,
+                **overrides: Any) -> LingbotVAPolicy:
+    """The step-loop policy of a lerobot-layout bundle; `overrides` replace inference settings
+    (e.g. guidance_scale). Noise defaults to a generator seeded per chunk."""
+    m = load_model(bundle, backend, **overrides)
+    return LingbotVAPolicy(m.ks, m.cfg, m.chunk, m.weights, m.prompts, m.vae, m.camera_names, m.image_hw, m.q01,
+                           m.q99, noise or seeded_noise(_REFERENCE_SEED))
 
 
 def load_decoder(bundle) -> wan_vae.WanVAEDecoder:

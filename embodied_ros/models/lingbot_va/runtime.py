@@ -1,153 +1,135 @@
-"""The world-action runtime: the four stages of pipeline/stages.py for a LingBot-VA-style model.
+"""LingBot-VA (lerobot's layout, lerobot_bundle.py) as the four stages of pipeline/stages.py.
 
-    encode         camera images -> one clean latent frame                         [C, 1, R, W]
-    build_prefix   instruction + state -> context K/V of every block; the latent frame through
-                   the blocks (clean, t = 0) -> its per-block self-attention K/V    (the prefix cache)
-    predict_world  flow matching over the future latent frames reading the cache, then their own
-                   per-block K/V                                                     (world result)
-    act            flow matching over the action chunk, action tokens reading [observation ;
-                   predicted frames ; themselves], unnormalized to physical units
+    encode         camera images -> model-size frames in [-1, 1]                 [n_cam, 3, H, W]
+    build_prefix   the instruction -> its UMT5 embeddings (and the negative prompt's when a stream
+                   is guided), encoded once per instruction; the frames passed on
+    predict_world  one chunk of the episode the world node carries (world_episode.py): keyframes
+                   through the VAE streams, feedback, video then action sampling in the shared KV
+                   pool -> the predicted latents and the chunk's executed rows (model space)
+    act            the latest prediction's rows, unnormalized (lerobot's QUANTILES post-processor),
+                   timed from that prediction's observation
 
-Caches travel as stacked arrays [L, tokens, H, Dh] in the results' tensors; inside a process the
-per-block views are taken without copying. Noise not given is drawn from a generator seeded by
-(noise_seed, stage, observation stamp) by pipeline/noise.py, so a run is reproducible from its inputs.
+Video and actions are sampled in one transformer with one KV pool, so the action stream is sampled
+with the video by the world predictor and `act` draws no noise (its noise shape is empty). The
+camera names the graph subscribes are the last part of lerobot's observation keys
+("observation.images.top" -> "top"); the model has no state input, and the robot's joints are the
+used action channels (`graph.action_names`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Mapping, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
-from embodied_ros.backbone.wan_block import KV
-from embodied_ros.heads.world_predictor import euler_flow, predict_world
-from embodied_ros.kernels import KernelSet
-from embodied_ros.models.lingbot_va import observation as obs
-from embodied_ros.models.lingbot_va import transformer as tf
-from embodied_ros.models.lingbot_va.config import ARCHITECTURE, LingbotVAConfig
-from embodied_ros.models.lingbot_va.text import Tokenizer
-from embodied_ros.pipeline.noise import stage_noise
-from embodied_ros.sequence.normalize import normalizer_of
+from embodied_ros.backbone.wan_vae import WanVAEConfig, WanVAEDecoder
+from embodied_ros.models.lingbot_va import lerobot_bundle as lb
+from embodied_ros.models.lingbot_va.closed_loop import camera_frames, prompt_rows
+from embodied_ros.models.lingbot_va.config import ARCHITECTURE
+from embodied_ros.models.lingbot_va.dual_stream import DualStreamConfig
+from embodied_ros.models.lingbot_va.policy import ChunkConfig, unnormalize_quantiles
+from embodied_ros.models.lingbot_va.world_episode import WorldEpisode, noise_sizes
 from embodied_ros.pipeline.stages import ModelSpec, blank_inference
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 
 
-
-def _stacked(kv: Sequence[KV]) -> dict[str, np.ndarray]:
-    return {"k": np.stack([layer.k for layer in kv]), "v": np.stack([layer.v for layer in kv])}
-
-
-def _layers(result: StageResult, name: str) -> list[KV]:
-    keys, values = result.tensors[f"{name}_k"], result.tensors[f"{name}_v"]
-    return [KV(keys[i], values[i]) for i in range(keys.shape[0])]
+def camera_name(key: str) -> str:
+    return key.rsplit(".", 1)[-1]
 
 
-def _elapsed_ms(start: float) -> float:
-    return round((time.perf_counter() - start) * 1e3, 3)
-
-
-def model_spec(cfg: LingbotVAConfig) -> ModelSpec:
+def model_spec(bundle) -> ModelSpec:
+    """The graph's view of a lerobot-layout bundle, from its metadata."""
+    config, graph = bundle.config[lb.SECTION], bundle.config.get(lb.GRAPH_SECTION) or lb.graph_settings(
+        None, len(bundle.config[lb.SECTION]["used_action_channel_ids"]))
+    factor = WanVAEConfig.from_diffusers(bundle.config["vae"]).spatial_factor
+    cameras = tuple(camera_name(key) for key in config["obs_cam_keys"])
+    if len(set(cameras)) != len(cameras):
+        raise ValueError(f"{bundle.path}: camera keys {config['obs_cam_keys']} do not end in distinct names")
+    frames, per_frame = int(config["frame_chunk_size"]), int(config["action_per_frame"])
+    latent_hw = (int(config["height"]) // factor, len(cameras) * int(config["width"]) // factor)
+    cfg, chunk = DualStreamConfig.from_lerobot(config), ChunkConfig.from_lerobot(config)
+    names = tuple(graph["action_names"])
     return ModelSpec(
-        architecture=ARCHITECTURE, camera_names=cfg.camera_names, image_size=cfg.image_size,
-        state_names=cfg.state_names, action_names=cfg.action_names, chunk_size=cfg.chunk_size,
-        action_period_s=cfg.action_period_s, noise_shape=(cfg.chunk_size, cfg.action_dim),
-        world_noise_shape=tuple(cfg.world_noise_shape), has_world_model=True, noise_seed=cfg.noise_seed)
+        architecture=ARCHITECTURE, camera_names=cameras, image_size=(int(config["height"]), int(config["width"])),
+        state_names=names, action_names=names, chunk_size=frames * per_frame,
+        action_period_s=float(graph["action_period_s"]), noise_shape=(0,),
+        world_noise_shape=(sum(noise_sizes(cfg, chunk, latent_hw)),), has_world_model=True)
 
 
 class LingbotVARuntime:
-    def __init__(self, cfg: LingbotVAConfig, weights: tf.LingbotVAWeights, stats: Mapping[str, Mapping[str, np.ndarray]],
-                 tokenizer: Tokenizer, backend: str = "numba") -> None:
-        if tokenizer.vocab_size != cfg.vocab_size:
-            raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, the model's text table {cfg.vocab_size}")
-        self.cfg, self.weights, self.tokenizer = cfg, weights, tokenizer
-        # the reference divides by std alone (no eps added)
-        self.state_stats = normalizer_of({k: stats["state"][k] for k in ("mean", "std")}, eps=0.0)
-        self.action_stats = normalizer_of({k: stats["action"][k] for k in ("mean", "std")}, eps=0.0)
-        self.ks = KernelSet(backend)
-        self.spec = model_spec(cfg)
-        self._action_rope = tf.action_rope(cfg)
+    def __init__(self, model: lb.LoadedModel, spec: ModelSpec,
+                 load_decoder: Callable[[], WanVAEDecoder] | None = None) -> None:
+        self.model, self.spec = model, spec
+        self._prompt: tuple[str, np.ndarray] | None = None  # (instruction, its prompt rows)
+        self._load_decoder, self._decoder = load_decoder, None  # the VAE decoder, read on first use
 
     def warm_up(self) -> None:
-        """Every stage once on a blank observation (its kernels compile for the shapes real steps use)."""
-        blank_inference(self)
+        """Two chunks of an episode on blank observations (chunk 0 and a feedback chunk compile
+        every kernel the stages run)."""
+        blank_inference(self, chunks=2)
 
-    @property
-    def world_noise_shape(self) -> tuple[int, ...]:
-        return self.cfg.world_noise_shape
+    def world_episode(self) -> WorldEpisode:
+        """The state the world predictor carries from run to run (one per world node)."""
+        m = self.model
+        factor = m.vae.cfg.spatial_factor
+        latent_hw = (m.image_hw[0] // factor, len(m.camera_names) * m.image_hw[1] // factor)
+        return WorldEpisode(m.ks, m.cfg, m.chunk, m.weights, m.vae, len(m.camera_names), latent_hw,
+                            round(self.spec.action_period_s * 1e9))
 
-    def _noise(self, stamp_ns: int, stage: str, shape: tuple[int, ...]) -> np.ndarray:
-        return stage_noise(self.spec.noise_seed, stage, stamp_ns, shape)
+    def observe_world(self, episode: WorldEpisode, prefix: StageResult) -> None:
+        episode.observe(prefix.stamp_ns, prefix.tensors["frames"])
 
     # ---- stages ------------------------------------------------------------------------------
 
     def encode(self, observation: Observation) -> StageResult:
-        start = time.perf_counter()
-        images = obs.check_images(self.cfg, observation.images)
-        latents = obs.encode_images(self.ks, self.cfg, self.weights, images)
-        return StageResult("perception", observation.stamp_ns, {"latents": latents},
-                           {"infer_ms": _elapsed_ms(start)})
+        images = {name: observation.images.get(camera_name(name)) for name in self.model.camera_names}
+        frames = camera_frames(images, self.model.camera_names, self.model.image_hw)
+        return StageResult("perception", observation.stamp_ns, {"frames": frames})
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult:
         start = time.perf_counter()
-        cfg, ks, w = self.cfg, self.ks, self.weights
-        latents = embeddings.tensors["latents"]
-        if latents.shape != (cfg.latent_channels, 1, *cfg.latent_hw):
-            raise ValueError(f"perception latents have shape {latents.shape}, expected "
-                             f"{(cfg.latent_channels, 1, *cfg.latent_hw)}")
-        state = obs.normalized_state(cfg, observation.state, self.state_stats)
-        context = tf.condition_kv(ks, cfg, w, obs.context_tokens(ks, w, self.tokenizer, observation.instruction, state))
-        frame = tf.clean_video_kv(ks, cfg, w, latents, frame_start=0, context=context, past=None)
-        tensors = {**{f"context_{k}": v for k, v in _stacked(context).items()},
-                   **{f"frame_{k}": v for k, v in _stacked(frame).items()}, "latents": latents}
-        return StageResult("prefix", observation.stamp_ns, tensors,
-                           {"context_tokens": len(context[0]), "infer_ms": _elapsed_ms(start)})
+        instruction = observation.instruction
+        if self._prompt is None or self._prompt[0] != instruction:
+            self._prompt = (instruction, np.stack(prompt_rows(self.model.prompts, self.model.chunk, instruction)))
+        return StageResult("prefix", observation.stamp_ns,
+                           {"frames": embeddings.tensors["frames"], "prompt": self._prompt[1]},
+                           {"instruction": instruction, "infer_ms": round((time.perf_counter() - start) * 1e3, 3)})
 
-    def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None) -> StageResult:
-        start = time.perf_counter()
-        cfg, ks, w = self.cfg, self.ks, self.weights
-        context, observation_kv = _layers(prefix, "context"), _layers(prefix, "frame")
+    def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None,
+                      episode: WorldEpisode | None = None) -> StageResult:
+        if episode is None:
+            raise ValueError("lingbot_va's world predictor runs in an episode: pass runtime.world_episode()")
         if noise is None:
-            noise = self._noise(prefix.stamp_ns, "world", cfg.world_noise_shape)
-        noise = _checked_noise("world", noise, cfg.world_noise_shape)
+            raise ValueError("lingbot_va's world predictor needs its noise (pipeline/noise.py: stage_noise)")
+        start = time.perf_counter()
+        latents, rows, index = episode.predict(prefix.stamp_ns, prefix.tensors["frames"], prefix.meta["instruction"],
+                                               list(prefix.tensors["prompt"]), noise)
+        return StageResult("world", prefix.stamp_ns, {"latents": latents, "actions": rows},
+                           {"chunk": index, "infer_ms": round((time.perf_counter() - start) * 1e3, 3)})
 
-        def velocity(latents: np.ndarray, t: float) -> np.ndarray:
-            return tf.video_velocity(ks, cfg, w, latents, t, context, observation_kv)
-
-        def clean_kv(latents: np.ndarray) -> list[KV]:
-            return tf.clean_video_kv(ks, cfg, w, latents, frame_start=1, context=context, past=observation_kv)
-
-        prediction = predict_world(velocity, clean_kv, noise, cfg.world_steps)
-        tensors = {"latents": prediction.latents, **{f"world_{k}": v for k, v in _stacked(prediction.kv).items()}}
-        return StageResult("world", prefix.stamp_ns, tensors,
-                           {"steps": cfg.world_steps, "infer_ms": _elapsed_ms(start)})
-
-    def act(self, prefix: StageResult, world: StageResult | None, noise: np.ndarray | None = None) -> ActionChunkResult:
-        cfg, ks, w = self.cfg, self.ks, self.weights
+    def act(self, prefix: StageResult, world: StageResult | None, noise: np.ndarray | None = None,
+            continuation: Any = None) -> ActionChunkResult:
         if world is None:
             raise ValueError("lingbot_va's action head reads a world prediction: run predict_world first")
-        expected = (cfg.num_layers, cfg.future_frames * cfg.tokens_per_frame, cfg.num_heads, cfg.block.head_dim)
-        if world.tensors["world_k"].shape != expected:
-            raise ValueError(f"world prediction keys have shape {world.tensors['world_k'].shape}, this model "
-                             f"makes {expected}: the prediction comes from another model")
-        if noise is None:
-            noise = self._noise(prefix.stamp_ns, "action", self.spec.noise_shape)
-        noise = _checked_noise("action", noise, self.spec.noise_shape)
-        context = _layers(prefix, "context")
-        past = tf.join_kv(_layers(prefix, "frame"), _layers(world, "world"))  # once per chunk, read by every step
+        rows = world.tensors["actions"]
+        if rows.ndim != 2 or rows.shape[1] != len(self.spec.action_names):
+            raise ValueError(f"world prediction rows have shape {rows.shape}, this model makes "
+                             f"(rows, {len(self.spec.action_names)}): the prediction comes from another model")
+        actions = unnormalize_quantiles(rows, self.model.q01, self.model.q99)
+        return ActionChunkResult(world.stamp_ns, actions, self.spec.action_period_s, self.spec.action_names)
 
-        def velocity(actions: np.ndarray, t: float) -> np.ndarray:
-            return tf.action_velocity(ks, cfg, w, actions, t, self._action_rope, context, past)
+    def world_frames(self, world: StageResult) -> dict[str, np.ndarray]:
+        """A prediction's last frame per camera, for viewing: its latents through the VAE decoder
+        (a fresh stream per camera) -> {camera: (H, W, 3) uint8}."""
+        if self._decoder is None:
+            if self._load_decoder is None:
+                raise ValueError("lingbot_va: this runtime has no VAE decoder")
+            self._decoder = self._load_decoder()
+        frames = self._decoder.camera_frames(world.tensors["latents"], len(self.spec.camera_names))[:, :, -1]
+        rgb = np.clip((frames + np.float32(1.0)) * np.float32(127.5) + np.float32(0.5), 0, 255).astype(np.uint8)
+        return {camera: np.ascontiguousarray(image.transpose(1, 2, 0)) for camera, image in zip(self.spec.camera_names, rgb)}
 
-        normalized = euler_flow(velocity, noise, cfg.action_steps)
-        actions = self.action_stats.denormalize(normalized).astype(np.float32)
-        return ActionChunkResult(prefix.stamp_ns, actions, cfg.action_period_s, cfg.action_names)
 
-
-def _checked_noise(kind: str, noise: np.ndarray, expected: tuple[int, ...]) -> np.ndarray:
-    noise = np.asarray(noise)
-    if noise.shape != tuple(expected):
-        raise ValueError(f"{kind} noise has shape {noise.shape}; this model needs {tuple(expected)}")
-    if not np.isfinite(noise).all():
-        raise ValueError(f"{kind} noise contains NaN or infinity")
-    return noise.astype(np.float32, copy=False)
+def load_runtime(bundle, backend: str = "numba") -> LingbotVARuntime:
+    return LingbotVARuntime(lb.load_model(bundle, backend), model_spec(bundle), lambda: lb.load_decoder(bundle))

@@ -89,7 +89,7 @@ class Pi05Runtime:
         return StageResult("prefix", observation.stamp_ns, tensors,
                            {"prompt": text, "n_valid": cache.n_valid, "n_tokens": int(token_mask.sum())})
 
-    def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None) -> None:
+    def predict_world(self, prefix: StageResult, noise: np.ndarray | None = None, episode=None) -> None:
         return None
 
     # ---- actions ---------------------------------------------------------------------------
