@@ -23,7 +23,7 @@ from rclpy.utilities import remove_ros_args
 from embodied_ros.graph.composed import ComposedGraph
 from embodied_ros.node_infra.config import GraphConfig, load_config
 from embodied_ros.node_infra.paths import default_config
-from embodied_ros.nodes.run import ignore_ending_signals, stopped_by_signals
+from embodied_ros.nodes.run import ignore_ending_signals, stop_requested, stopped_by_signals
 from embodied_ros.pipeline.stages import Runtime
 
 PROG = "embodied-ros-container"
@@ -73,7 +73,7 @@ def serve(config: GraphConfig, argv: list[str], runtime: Runtime | None = None) 
         try:
             graph.start()
             logger.info(f"graph active: {', '.join(graph.nodes)}")
-            while rclpy.ok():
+            while rclpy.ok() and not stop_requested():
                 time.sleep(0.2)
         except KeyboardInterrupt:
             pass

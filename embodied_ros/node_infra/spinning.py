@@ -43,8 +43,9 @@ def spin_until_shutdown(executor: Executor, keep_spinning: Callable[[], bool] = 
                         name: str = "main") -> None:
     """Spin until `keep_spinning()` is false or the executor's context shuts down (Ctrl-C).
 
-    An error while the context goes down (a callback publishing through the closed context, the
-    wait set failing) ends the spin quietly: it is the shutdown, not a failure. A callback that
+    An error while the context goes down or once `keep_spinning()` turned false (a callback
+    publishing through the closed context, the wait set failing, a stop signal that rclpy's C++
+    side turned into a RuntimeError) ends the spin quietly: it is the shutdown, not a failure. A callback that
     raises otherwise is logged with its traceback and spinning goes on: one callback's bug must
     not stop every node the executor serves."""
     logger = rclpy.logging.get_logger("embodied_ros.graph")
@@ -54,7 +55,7 @@ def spin_until_shutdown(executor: Executor, keep_spinning: Callable[[], bool] = 
         except ExternalShutdownException:
             return
         except Exception:
-            if not executor.context.ok():
+            if not executor.context.ok() or not keep_spinning():
                 return
             logger.error(f"callback failed on {name}:\n{traceback.format_exc()}", throttle_duration_sec=5.0)
 

@@ -18,10 +18,12 @@ from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 
+from embodied_ros.kernels.cpu.jit import share_cores_with_other_processes
 from embodied_ros.node_infra.node_table import NODE_NAMES, node_spec
 from embodied_ros.node_infra.spinning import spin_until_shutdown
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_STOP = threading.Event()  # set by the first ending signal, whether or not its KeyboardInterrupt arrives
 PARENT_PID = "EMBODIED_ROS_PARENT_PID"  # set by graph/processes.py: its node processes end with it
 PARENT_POLL_S = 0.5
 
@@ -59,6 +61,7 @@ def stopped_by_signals(argv: list[str]):
     For the main function of a process: once the block ends both signals stay ignored, so a late
     one (the terminal's Ctrl-C after launch's SIGINT) cannot turn exit status 0 into a signal's."""
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    _STOP.clear()
     for number in ENDING_SIGNALS:
         signal.signal(number, _stop_once)
     _end_with_parent()
@@ -87,9 +90,17 @@ def _end_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def stop_requested() -> bool:
+    """True once SIGINT or SIGTERM asked this process to stop."""
+    return _STOP.is_set()
+
+
 def _stop_once(signum, frame) -> None:
-    """The first SIGINT or SIGTERM interrupts the main thread; any later one is ignored."""
+    """The first SIGINT or SIGTERM interrupts the main thread; any later one is ignored. The stop is
+    also recorded: a KeyboardInterrupt raised while rclpy's C++ side converts arguments comes back
+    as a RuntimeError ("Unable to convert call argument"), and a spin loop must still end."""
     ignore_ending_signals()
+    _STOP.set()
     raise KeyboardInterrupt
 
 
@@ -110,6 +121,7 @@ def run_node(node_class, args=None) -> None:
     configures and activates itself."""
     argv = sys.argv if args is None else args
     parse_node_arguments(node_class, argv)
+    share_cores_with_other_processes()
     with stopped_by_signals(argv):
         node = None
         try:
@@ -120,7 +132,7 @@ def run_node(node_class, args=None) -> None:
                 sys.exit(1)
             executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
             executor.add_node(node)
-            spin_until_shutdown(executor)
+            spin_until_shutdown(executor, lambda: not stop_requested())
         except KeyboardInterrupt:
             pass
         finally:
