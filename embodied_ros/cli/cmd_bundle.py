@@ -18,7 +18,6 @@ verify BUNDLE [--backend numba|numpy] [--integrity-only]
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 from pathlib import Path
 
@@ -70,11 +69,8 @@ def _convert(args) -> int:
         plan = QuantPlan.parse(args.quant)
         arch = args.arch or families.detect_family(args.source)
         overrides = _overrides(args.overrides, args.tokenizer)
-        extra = {"overrides": overrides} if overrides else {}
-        converter = families.converter(arch)
-        if extra and "overrides" not in inspect.signature(converter.convert).parameters:
-            raise ValueError(f"the {arch} converter takes no --set or --tokenizer settings")
-        converter.convert(args.source, args.output, plan, args.reference, not args.no_progress, **extra)
+        families.converter(arch).convert(args.source, args.output, plan, args.reference, not args.no_progress,
+                                         overrides=overrides)
         bundle = open_bundle(args.output, architecture=arch)
     except (ValueError, OSError) as problem:  # ValueError includes BundleError
         print(f"bundle convert: {problem}", file=sys.stderr)
