@@ -135,6 +135,7 @@ class ComposedGraph:
             wait_until_active(waiter, process.node_names, process.namespace, CONTROLLER_START_TIMEOUT_S,
                               lambda: _pump(executor, process))
         except (TimeoutError, ChildProcessError) as error:
+            process.keep_logs = True
             raise RuntimeError(f"the controller's process did not start: {error} (its log: "
                                f"{process.log_dir / (CONTROLLER + '.log')})") from None
         finally:

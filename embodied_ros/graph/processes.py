@@ -7,6 +7,7 @@ Stage outputs travel serialized (Tensor messages) through Fast DDS shared memory
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,6 +61,9 @@ class SeparateGraph:
         self.namespace = namespace
         self.remaps = tuple(remaps)
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="embodied_ros_graph_"))
+        # a log folder of its own goes with a clean stop; one the caller named, or one a failure
+        # points to (keep_logs), stays
+        self.keep_logs = log_dir is not None
         self.env = {**os.environ, **dds_environment(), PARENT_PID: str(os.getpid()), **(env or {})}
         if is_source_checkout():  # the children import this checkout, whatever their working directory
             self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE_ROOT), self.env.get("PYTHONPATH")]))
@@ -95,7 +99,8 @@ class SeparateGraph:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self, timeout_s: float = 10.0) -> dict[str, int]:
-        """SIGINT every node, then SIGKILL what is still running after `timeout_s`; exit codes."""
+        """SIGINT every node, then SIGKILL what is still running after `timeout_s`; exit codes. The
+        logs are removed when every node exited 0 and nothing asked to keep them."""
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
@@ -106,4 +111,7 @@ class SeparateGraph:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        return {name: p.returncode for name, p in self.processes.items()}
+        codes = {name: p.returncode for name, p in self.processes.items()}
+        if not self.keep_logs and all(code == 0 for code in codes.values()):
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+        return codes
