@@ -1,7 +1,8 @@
 """GR00T N1.7 on this runtime next to LeRobot's PyTorch GrootPolicy, measured side by side in one run.
 
-    python benchmarks/bench_groot.py [--parts small,full_width] [--repeats 5] [--rounds 3] [--threads 2]
-                                     [--workdir /tmp/bench_groot] [--generator gen_groot_fixture.py] [--no-write]
+    python benchmarks/bench_groot.py [--parts small,full_width] [--types f32,bf16,q8_0] [--repeats 5] [--rounds 3]
+                                     [--threads 2] [--workdir /tmp/bench_groot] [--generator gen_groot_fixture.py]
+                                     [--no-write]
 
 Parts, each written to its own BENCHMARKS.md section (groot_small, groot_full_width):
   small       a model-level record of benchmarks/specs/groot_small.json (2 views of 256 x 256, vision
@@ -12,12 +13,13 @@ Parts, each written to its own BENCHMARKS.md section (groot_small, groot_full_wi
               deepstack merger, one vl block), 2 views of 256 x 256 (512 patches, 128 image tokens),
               153 prompt tokens: per-layer cost at the released size. The vocabulary is cut to 4096
               rows (a table lookup; its size does not change the compute).
-Each record is made with the reference generator when absent, converted to an F32 bundle, and case 0
-runs per stage (vision tower, LM, head = vl_self_attention + the 4-step DiT solve) on this runtime
-and through torch_groot_policy.py (GrootPolicy.predict_action_chunk, eager float32, and LeRobot's
-default bfloat16 autocast) in its own process. The sides alternate: each round runs this runtime
---repeats times after one untimed chunk, then each PyTorch dtype --repeats times after one untimed
-chunk. Ratios are given for the best run and the median (other processes only add time).
+Each record is made with the reference generator when absent and converted to a bundle per stored
+type (--types), and case 0 runs per stage (vision tower, LM, head = vl_self_attention + the 4-step
+DiT solve) on this runtime and through torch_groot_policy.py (GrootPolicy.predict_action_chunk,
+eager float32, and LeRobot's default bfloat16 autocast) in its own process. The sides alternate:
+each round runs each stored type --repeats times after one untimed chunk, then each PyTorch dtype
+--repeats times after one untimed chunk. Ratios are given for the median and the best run (other
+processes only add time).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ SIDES = (("PyTorch f32", []), ("PyTorch bf16", ["--bf16"]))
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", default="small,full_width")
+    parser.add_argument("--types", default="f32,bf16,q8_0", help="stored weight types of this runtime's bundles")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -63,18 +66,23 @@ def time_chunk(model, inputs) -> tuple[dict, object]:
             "total chunk": (end - start) * 1e3}, actions
 
 
-def summary_rows(ours: list[dict], theirs: dict[str, list[dict]]) -> list[dict]:
+def summary_rows(runs: dict[str, list[dict]], errors: dict[str, float]) -> list[dict]:
     rows = []
-    for stage in STAGES:
-        mine = [run[stage] for run in ours]
-        row = {"stage": f"**{stage}**" if stage == "total chunk" else stage, "ours median ms": statistics.median(mine)}
-        for side, runs in theirs.items():
-            other = [run[stage] for run in runs]
-            row[f"{side} median ms"] = statistics.median(other)
-            row[f"{side} / ours (median, best)"] = (f"{statistics.median(other) / statistics.median(mine):.2f}x, "
-                                                   f"{min(other) / min(mine):.2f}x")
+    for side, timed in runs.items():
+        row = {"run": side}
+        for stage in STAGES:
+            row[f"{stage} median ms"] = statistics.median(run[stage] for run in timed)
+        row["total best ms"] = min(run["total chunk"] for run in timed)
+        row["max abs action error"] = f"{errors[side]:.2e}"
         rows.append(row)
     return rows
+
+
+def ratio(runs: dict[str, list[dict]], slower: str, faster: str) -> str:
+    median = statistics.median(r["total chunk"] for r in runs[slower]) / statistics.median(
+        r["total chunk"] for r in runs[faster])
+    best = min(r["total chunk"] for r in runs[slower]) / min(r["total chunk"] for r in runs[faster])
+    return f"{slower} / {faster} {median:.2f}x (median), {best:.2f}x (best)"
 
 
 def run_part(args, name: str) -> tuple[str, str]:
@@ -88,33 +96,40 @@ def run_part(args, name: str) -> tuple[str, str]:
     if not (record / "cases.npz").is_file():
         subprocess.run([common.reference_python(), str(args.generator), str(HERE / "specs" / f"groot_{name}.json"),
                         str(record)], check=True, env=common.reference_environment(), capture_output=True)
-    bundle_path = args.workdir / f"groot_{name}.gguf"
-    convert(record, bundle_path, "f32")
+    types = [t.strip() for t in args.types.split(",")]
     rss_before = common.current_rss_mb()
-    model = load_model(open_bundle(bundle_path, architecture="groot"))
+    models = {}
+    for stored in types:
+        bundle_path = args.workdir / f"groot_{name}_{stored}.gguf"
+        convert(record, bundle_path, stored)
+        models[f"ours {stored.upper()}"] = (load_model(open_bundle(bundle_path, architecture="groot")),
+                                             os.path.getsize(bundle_path))
+    rss_loaded = common.current_rss_mb()
     cases = np.load(record / "cases.npz")
     grids = [tuple(int(v) for v in g[1:]) for g in cases["case0_image_grid_thw"]]
     inputs = (cases["case0_pixel_values"], grids, cases["case0_input_ids"], cases["case0_state"],
               cases["case0_noise"], int(cases["case0_embodiment_id"]))
-    ours, theirs, notes = [], {side: [] for side, _ in SIDES}, {}
-    error = None
+    runs = {side: [] for side in [*models, *(side for side, _ in SIDES)]}
+    errors, notes = {}, {}
     for _ in range(args.rounds):
-        time_chunk(model, inputs)
-        for _ in range(args.repeats):
-            times, actions = time_chunk(model, inputs)
-            ours.append(times)
-        error = float(np.abs(actions[:, :cases["case0_actions"].shape[1]] - cases["case0_actions"]).max())
+        for side, (model, _) in models.items():
+            time_chunk(model, inputs)
+            for _ in range(args.repeats):
+                times, actions = time_chunk(model, inputs)
+                runs[side].append(times)
+            errors[side] = float(np.abs(actions[:, :cases["case0_actions"].shape[1]] - cases["case0_actions"]).max())
         for side, flags in SIDES:
             proc = subprocess.run([common.reference_python(), str(HERE / "torch_groot_policy.py"), str(record),
                                    "--repeats", str(args.repeats), "--threads", str(args.threads), *flags],
                                   capture_output=True, text=True, env=common.reference_environment(), check=True)
             result = json.loads(proc.stdout.strip().splitlines()[-1])
-            theirs[side] += result["runs"]
-            notes[side] = result
-    rows = summary_rows(ours, theirs)
+            runs[side] += result["runs"]
+            notes[side], errors[side] = result, result["max_abs_err"]
+    rows = summary_rows(runs, errors)
+    fastest_torch = min((side for side, _ in SIDES), key=lambda side: statistics.median(
+        r["total chunk"] for r in runs[side]))
     config = json.loads((record / "config.json").read_text())
     vision, text, head = config["vision"], config["text_model"], config["action_head"]
-    total = {side: rows[-1][f"{side} / ours (median, best)"] for side, _ in SIDES}
     body = "\n".join([
         f"groot_{name} (benchmarks/specs/groot_{name}.json: {config['n_views']} views {config['image_hw']}, patch "
         f"{vision['patch_size']}, merge {vision['spatial_merge_size']}; vision {vision['width']} x {vision['depth']} "
@@ -122,24 +137,24 @@ def run_part(args, name: str) -> tuple[str, str]:
         f"{text['num_kv_heads']} heads of {text['head_dim']}, mlp {text['mlp_dim']}); DiT "
         f"{head['input_embedding_dim']} x {head['dit']['num_layers']}, vl_self_attention "
         f"{head['vl_self_attention']['num_layers']}; {config['cases'][0]['n_tokens']} prompt tokens; horizon "
-        f"{head['action_horizon']}, {head['num_inference_timesteps']} Euler steps), case 0, F32 bundle, "
-        f"{args.threads} threads. {args.rounds} rounds of {args.repeats} runs per side, alternating; PyTorch is "
+        f"{head['action_horizon']}, {head['num_inference_timesteps']} Euler steps), case 0, "
+        f"{args.threads} threads. {args.rounds} rounds of {args.repeats} runs per side and type, alternating; PyTorch is "
         "LeRobot's GrootPolicy.predict_action_chunk (eager float32, and its default bfloat16 autocast) in its own "
         "process." + common.runtime_products_note(),
         "",
         common.markdown_table(rows),
         "",
-        "Chunk, PyTorch / ours (median, best): " + "; ".join(f"{side} {ratio}" for side, ratio in total.items()) + ".",
+        "Chunk: " + "; ".join(ratio(runs, torch_side, ours) for ours in models for torch_side, _ in SIDES) + ". "
+        f"LeRobot's fastest dtype here: {fastest_torch}.",
         "",
-        f"Memory: peak RSS of this process {common.peak_rss_mb():.0f} MiB ({rss_before:.0f} MiB before the model was "
-        f"loaded; bundle {os.path.getsize(bundle_path) / 2**20:.1f} MiB); PyTorch processes "
-        + ", ".join(f"{side} {notes[side]['peak_rss_mb']:.0f} MiB" for side, _ in SIDES) + ".",
-        f"Max abs action error vs the record, case 0: ours {error:.2e}, "
-        + ", ".join(f"{side} {notes[side]['max_abs_err']:.2e}" for side, _ in SIDES) + ".",
+        f"Memory: this process held {rss_before:.0f} MiB before the bundles were loaded and {rss_loaded:.0f} MiB with "
+        f"all {len(models)} loaded (bundles " + ", ".join(f"{side.split()[1]} {size / 2**20:.1f} MiB"
+                                                           for side, (_, size) in models.items())
+        + "); PyTorch processes " + ", ".join(f"{side} {notes[side]['peak_rss_mb']:.0f} MiB peak" for side, _ in SIDES)
+        + ". Action errors are against the float32 record.",
         "",
-        "Runs (ms), total chunk: ours " + ", ".join(f"{run['total chunk']:.1f}" for run in ours) + "; "
-        + "; ".join(f"{side} " + ", ".join(f"{run['total chunk']:.1f}" for run in theirs[side]) for side, _ in SIDES)
-        + "."])
+        "Runs (ms), total chunk: " + "; ".join(f"{side} " + ", ".join(f"{run['total chunk']:.1f}" for run in timed)
+                                               for side, timed in runs.items()) + "."])
     return f"groot_{name}", body
 
 
