@@ -76,7 +76,7 @@ def install_family(monkeypatch) -> None:
     family.verify_reference = verify_reference
     converter = types.ModuleType(f"embodied_ros.models.{ARCH}.convert")
     converter.detect = lambda source: Path(source).suffix == ".toy"
-    converter.convert = lambda source, output, quant_plan, reference, progress: write_toy_bundle(
+    converter.convert = lambda source, output, quant_plan, reference, progress, overrides=None: write_toy_bundle(
         output, str(quant_plan), reference=reference is not None)
     monkeypatch.setitem(sys.modules, family.__name__, family)
     monkeypatch.setitem(sys.modules, converter.__name__, converter)
