@@ -27,6 +27,7 @@ import numpy as np
 
 from embodied_ros.heads.flow import silu
 from embodied_ros.kernels import KernelSet
+from embodied_ros.kernels.quant import QuantTensor
 
 Weights = Mapping[str, Any]
 LN_EPS = 1e-5
@@ -38,13 +39,25 @@ CATEGORY_LAYERS = ("head.state.1", "head.state.2", "head.action_in.1", "head.act
                    "head.action_out.1", "head.action_out.2")
 
 
+def is_category_tensor(name: str) -> bool:
+    return name.rsplit(".", 1)[0] in CATEGORY_LAYERS
+
+
+def _category_slice(tensor: Any, embodiment: int) -> np.ndarray:
+    """tensor[embodiment] as float32, reading only that embodiment's part of a stored tensor."""
+    if isinstance(tensor, QuantTensor):
+        return QuantTensor(tensor.qtype, tensor.shape[1:], tensor.data[embodiment]).dequantize()
+    return np.asarray(tensor[embodiment], np.float32)
+
+
 def embodiment_weights(w: Weights, embodiment: int) -> dict[str, np.ndarray]:
-    """One embodiment's category-specific layers as [out, in] weights and [out] biases."""
+    """One embodiment's category-specific layers as [out, in] weights and [out] biases. The stored
+    tensors hold every embodiment (32 at the released size, 620 MB in BF16); only this one's
+    slice is read and made float32."""
     chosen = {}
     for prefix in CATEGORY_LAYERS:
-        chosen[f"{prefix}.weight"] = np.ascontiguousarray(np.asarray(w[f"{prefix}.weight"][embodiment]).T,
-                                                          dtype=np.float32)
-        chosen[f"{prefix}.bias"] = np.asarray(w[f"{prefix}.bias"][embodiment], np.float32)
+        chosen[f"{prefix}.weight"] = np.ascontiguousarray(_category_slice(w[f"{prefix}.weight"], embodiment).T)
+        chosen[f"{prefix}.bias"] = _category_slice(w[f"{prefix}.bias"], embodiment)
     return chosen
 
 

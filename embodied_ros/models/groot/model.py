@@ -44,7 +44,9 @@ class GrootModel:
         self.ks = KernelSet(backend)
         tables = {name: w.dequantize() if isinstance(w, QuantTensor) else w for name, w in weights.items()
                   if name == TOKEN_EMBEDDING}  # the LM input is a row lookup
-        self.weights = prepare_weights({**weights, **tables}, is_linear_weight, pack=backend == "numba")
+        category = {name: w for name, w in weights.items() if groot_dit.is_category_tensor(name)}  # as stored
+        rest = {name: w for name, w in {**weights, **tables}.items() if name not in category}
+        self.weights = {**prepare_weights(rest, is_linear_weight, pack=backend == "numba"), **category}
         self.vision_layers = _layers(self.weights, "vision.blk", config.vision.depth)
         self.lm_layers = _layers(self.weights, "lm.blk", config.text.depth)
         self.vl_layers = _layers(self.weights, "head.vl", config.head.vl_depth)
