@@ -285,8 +285,9 @@ def model_record_cases(model, folder: Path, tolerance: float, prefix_of: Callabl
             case = recorded[k] if k < len(recorded) and isinstance(recorded[k], dict) else {}
             guidance = None
             if "rtc_config" in case:
-                guidance = rtc.chunk_guidance(rtc_case_settings(case), rtc_case_leftover(case, cases, k, outputs),
-                                              int(case["inference_delay"]), noise.shape, model.config.num_inference_steps)
+                leftover = rtc_case_leftover(case, cases, k, outputs)
+                guidance = rtc.chunk_guidance(rtc_case_settings(case), leftover, int(case["inference_delay"]),
+                                              noise.shape, model.config.num_inference_steps)
             actions = model.sample_actions(cache, noise, guidance)[:, : expected.shape[1]]
             outputs[k] = actions
             error, detail = float(np.abs(actions - expected).max()), ""

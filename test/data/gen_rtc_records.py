@@ -166,7 +166,8 @@ def build_smolvla(config: dict):
     return modeling.SmolVLAPolicy(policy_config)
 
 
-FAMILIES = {"pi0": ("pi0_tiny", build_pi0, "num_inference_steps"), "smolvla": ("smolvla_tiny", build_smolvla, "num_steps")}
+FAMILIES = {"pi0": ("pi0_tiny", build_pi0, "num_inference_steps"),
+            "smolvla": ("smolvla_tiny", build_smolvla, "num_steps")}
 
 
 def main(family: str, out: Path) -> None:

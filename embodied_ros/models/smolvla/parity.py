@@ -27,8 +27,9 @@ from embodied_ros.models.family_kit import (CASES_FILE, TOLERANCES, CaseResult, 
 from embodied_ros.models.smolvla.runtime import task_prompt
 from embodied_ros.pipeline.stages import infer
 
-__all__ = ["TOLERANCES", "CaseResult", "tolerance_for", "record_kind", "recognizes_fixture", "model_prefix", "model_case",
-           "pipeline_observation", "run_cases", "run_fixture_parity", "reference_record", "verify_reference"]
+__all__ = ["TOLERANCES", "CaseResult", "tolerance_for", "record_kind", "recognizes_fixture", "model_prefix",
+           "model_case", "pipeline_observation", "run_cases", "run_fixture_parity", "reference_record",
+           "verify_reference"]
 
 
 def record_kind(folder: Path) -> str | None:
