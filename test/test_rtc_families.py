@@ -1,5 +1,6 @@
 """Real-time chunking for pi0 and SmolVLA: LeRobot 0.6.1's RTC records (test/data/pi0_rtc_tiny,
-smolvla_rtc_tiny, made by test/data/gen_rtc_records.py) and the graph's continuation of each chunk."""
+smolvla_rtc_tiny and, in other shapes, extra/pi0_rtc_aside, extra/smolvla_rtc_aside, made by
+test/data/gen_rtc_records.py) and the graph's continuation of each chunk."""
 
 import dataclasses
 import json
@@ -22,7 +23,8 @@ from graph_harness import next_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "test" / "data"
-RECORDS = {"pi0_rtc_tiny": pi0_parity, "smolvla_rtc_tiny": smolvla_parity}
+RECORDS = {"pi0_rtc_tiny": pi0_parity, "smolvla_rtc_tiny": smolvla_parity,
+           "extra/pi0_rtc_aside": pi0_parity, "extra/smolvla_rtc_aside": smolvla_parity}
 TOLERANCE = 1e-4
 
 

@@ -1,12 +1,23 @@
-"""Writes test/data/pi0_rtc_tiny and test/data/smolvla_rtc_tiny: LeRobot 0.6.1's real-time chunking
-(RTC) on the weights and observations of test/data/pi0_tiny and test/data/smolvla_tiny.
+"""Writes LeRobot 0.6.1's real-time chunking (RTC) records for pi0 and SmolVLA on the weights and
+observations of a plain model record: test/data/pi0_rtc_tiny and smolvla_rtc_tiny (on pi0_tiny and
+smolvla_tiny), and the records kept aside, test/data/extra/pi0_rtc_aside and smolvla_rtc_aside (on the
+other-shape records pi0_three_cam_gqa and smolvla_three_cam_gqa).
 
 Runs in the PyTorch reference environment (lerobot 0.6.1, transformers, torch), not in the project's:
 
-    HF_HUB_OFFLINE=1 /tmp/ref_venv/bin/python test/data/gen_rtc_records.py pi0 test/data/pi0_rtc_tiny
-    HF_HUB_OFFLINE=1 /tmp/ref_venv/bin/python test/data/gen_rtc_records.py smolvla test/data/smolvla_rtc_tiny
+    HF_HUB_OFFLINE=1 /tmp/ref_venv/bin/python test/data/gen_rtc_records.py SPEC.json OUT_DIR
+    e.g. test/data/rtc_specs/pi0_rtc_tiny.json test/data/pi0_rtc_tiny,
+         test/data/extra/specs/smolvla_rtc_aside.json test/data/extra/smolvla_rtc_aside
 
-The tiny policy is rebuilt with the dimensions of the plain record's config.json (LeRobot's Gemma
+SPEC: `family` (pi0 or smolvla), `plain_record` (the folder under test/data whose weights and
+observations are used), `cases` [{name, obs, schedule, inference_delay, execution_horizon,
+max_guidance_weight, prev: {obs, offset, normalize_to?} or null, enabled?, expect?}] (the leftover:
+the plain actions of observation `obs` from row `offset`, padded / cut to `normalize_to` rows by
+LeRobot's engine helper) and `chain` (a live loop through LeRobot's `ActionQueue`), as the pi0.5 RTC
+specs; `chunk_size`, `action_dim`, `max_action_dim` and `num_inference_steps` restate the plain
+record's.
+
+The policy is rebuilt with the dimensions of the plain record's config.json (LeRobot's Gemma
 variant table and PaliGemma / expert constructors replaced for pi0; the two hub look-ups of SmolVLA's
 VLM answered with a tiny SmolVLM config) and loaded with the record's own model.safetensors (strict),
 so the plain record's cases are reproduced first (within 1e-5: CPU kernels round differently
@@ -17,8 +28,9 @@ from the machine that made them; the difference is recorded). Every RTC case the
 RTC inference engine does, the leftover padded / cut to the execution horizon by the engine's own helper.
 
 Record layout: as test/data/pi05_rtc_tiny (docs/reference.md, "Real-time chunking records"), plus
-`case{k}_state`. Per step, the plain and guided velocities and the solver states are recorded
-(LeRobot's RTC debug tracker and a wrapper around the policy's `denoise_step`).
+`case{k}_state`. Per step, the plain and guided velocities and the solver states (the last one too)
+are recorded (LeRobot's RTC debug tracker and wrappers around the policy's `denoise_step` and
+`sample_actions`).
 """
 
 from __future__ import annotations
@@ -43,27 +55,6 @@ from lerobot.configs import FeatureType, PolicyFeature, RTCAttentionSchedule
 from lerobot.policies.rtc import ActionQueue, RTCConfig
 
 DATA = Path(__file__).resolve().parent
-
-# name, observation, schedule, delay, execution horizon, max guidance weight, leftover (observation, first row,
-# rows it is padded / cut to or None), expect
-CASES = [
-    ("d0_linear_h5", 0, "LINEAR", 0, 5, 10.0, (1, 3, None), "rtc"),
-    ("d2_linear_h5", 0, "LINEAR", 2, 5, 10.0, (1, 3, None), "rtc"),
-    ("d4_linear_h8", 1, "LINEAR", 4, 8, 10.0, (0, 2, None), "rtc"),
-    ("d3_linear_h10_clamped", 0, "LINEAR", 3, 10, 10.0, (1, 3, None), "rtc"),
-    ("d2_zeros_h5", 1, "ZEROS", 2, 5, 10.0, (2, 3, None), "rtc"),
-    ("d2_ones_h5", 2, "ONES", 2, 5, 10.0, (0, 3, None), "rtc"),
-    ("d3_exp_h7_beta5", 2, "EXP", 3, 7, 5.0, (1, 2, None), "rtc"),
-    ("d2_linear_h5_beta3", 0, "LINEAR", 2, 5, 3.0, (1, 3, None), "rtc"),
-    ("d5_linear_h4", 1, "LINEAR", 5, 4, 10.0, (2, 2, None), "rtc"),
-    ("d2_linear_h6_engine_padded", 0, "LINEAR", 2, 6, 10.0, (1, 6, 6), "rtc"),
-    ("noop_zeros_d0", 0, "ZEROS", 0, 5, 10.0, (1, 3, None), "plain"),
-    ("noop_prev_none", 1, "LINEAR", 2, 5, 10.0, None, "plain"),
-    ("noop_rtc_disabled", 2, "LINEAR", 2, 5, 10.0, (0, 3, None), "plain"),
-]
-CHAIN = {"name": "chain", "obs": [0, 1, 2, 0], "schedule": "LINEAR", "max_guidance_weight": 10.0,
-         "execution_horizon": 6, "inference_delays": [2, 3, 2, 3], "executed_before_inference": [0, 1, 2, 0]}
-
 
 def engine_fit_rows():
     """LeRobot's `_normalize_prev_actions_length` (rollout/inference/rtc.py), read from the installed
@@ -166,17 +157,20 @@ def build_smolvla(config: dict):
     return modeling.SmolVLAPolicy(policy_config)
 
 
-FAMILIES = {"pi0": ("pi0_tiny", build_pi0, "num_inference_steps"),
-            "smolvla": ("smolvla_tiny", build_smolvla, "num_steps")}
+FAMILIES = {"pi0": (build_pi0, "num_inference_steps"), "smolvla": (build_smolvla, "num_steps")}
 
 
-def main(family: str, out: Path) -> None:
+def main(spec: dict, out: Path) -> None:
     torch.set_num_threads(1)
-    source_name, build, steps_key = FAMILIES[family]
-    source = DATA / source_name
+    build, steps_key = FAMILIES[spec["family"]]
+    source = DATA / spec["plain_record"]
+    source_name = source.name
     config = json.loads((source / "config.json").read_text())
     cases = dict(np.load(source / "cases.npz"))
-    steps, chunk, action_dim = config[steps_key], config["chunk_size"], config["action_dim"]
+    steps, chunk = config[steps_key], config["chunk_size"]
+    restated = {"chunk_size": chunk, "action_dim": config["action_dim"], "max_action_dim": config["max_action_dim"],
+                "num_inference_steps": steps}
+    assert all(spec[key] == value for key, value in restated.items()), f"spec and {source_name} differ: {restated}"
     torch.manual_seed(0)
     policy = build(config).eval()
     policy.load_state_dict(load_file(source / "model.safetensors"), strict=True)
@@ -206,13 +200,18 @@ def main(family: str, out: Path) -> None:
 
     def predict(o, settings=None, delay=None, leftover=None, taps=False):
         set_rtc(None if settings is None else rtc_config(*settings, debug=taps))
-        calls, denoise = [], model.denoise_step
+        calls, solved, denoise, sample = [], [], model.denoise_step, model.sample_actions
         if taps:
             def tapped(*args, **kwargs):
                 velocity = denoise(*args, **kwargs)
                 calls.append((kwargs["x_t"].detach().clone(), velocity.detach().clone()))
                 return velocity
-            model.denoise_step = tapped
+
+            def tapped_sample(*args, **kwargs):  # the solve's last state, all max_action_dim columns
+                x = sample(*args, **kwargs)
+                solved.append(x.detach().clone())
+                return x
+            model.denoise_step, model.sample_actions = tapped, tapped_sample
         keywords = {} if settings is None else {"inference_delay": delay,
                                                 "prev_chunk_left_over": None if leftover is None else leftover.clone()}
         try:
@@ -220,10 +219,10 @@ def main(family: str, out: Path) -> None:
                                                   noise=o["noise"].clone(), **keywords)[0].detach().clone()
         finally:
             if taps:
-                del model.denoise_step
+                del model.denoise_step, model.sample_actions  # back to the class methods
         tracked = policy.rtc_processor.get_all_debug_steps() if taps and policy.rtc_processor else []
         set_rtc(None)
-        return (actions, calls, tracked) if taps else actions
+        return (actions, calls + [(solved[0], None)], tracked) if taps else actions
 
     plain = [predict(o) for o in observations]
     plain_vs_source = max(float((actions - torch.from_numpy(cases[f"case{k}_actions"])).abs().max())
@@ -237,7 +236,7 @@ def main(family: str, out: Path) -> None:
         actions = predict(o, settings, delay, leftover)
         again, calls, tracked = predict(o, settings, delay, leftover, taps=True)
         assert torch.equal(actions, again), f"{name}: not repeatable"
-        assert len(calls) == steps
+        assert len(calls) == steps + 1 and torch.equal(calls[-1][0][0, :, :actions.shape[1]], actions)
         difference = float((actions - plain[obs]).abs().max())
         guided = settings[3] and leftover is not None
         if expect == "plain":
@@ -247,7 +246,8 @@ def main(family: str, out: Path) -> None:
         record = {"name": name, "kind": kind, "obs": obs, "settings": settings, "delay": delay, "leftover": leftover,
                   "leftover_info": leftover_info, "expect": expect, "actions": actions, "guided": guided,
                   "difference": difference, "extra": extra or {},
-                  "x_steps": torch.stack([x[0] for x, _ in calls]), "v_base": torch.stack([v[0] for _, v in calls])}
+                  "x_steps": torch.stack([x[0] for x, _ in calls]),
+                  "v_base": torch.stack([v[0] for _, v in calls[:-1]])}
         if guided:
             assert len(tracked) == steps
             record["weights"] = tracked[0].weights.reshape(-1)
@@ -260,35 +260,37 @@ def main(family: str, out: Path) -> None:
               f"leftover={None if leftover is None else tuple(leftover.shape)} max|a-plain|={difference:.4f}",
               flush=True)
 
-    for name, obs, schedule, delay, horizon, beta, source_rows, expect in CASES:
+    for case in spec["cases"]:
         leftover = info = None
-        if source_rows is not None:
-            of, first, rows = source_rows
+        if case["prev"] is not None:
+            of, first, rows = case["prev"]["obs"], case["prev"]["offset"], case["prev"].get("normalize_to")
             leftover = plain[of][first:].clone()
             info = {"source": "plain actions of observation", "obs": of, "rows_from": first}
             if rows is not None:
                 leftover = fit_rows(leftover, target_steps=rows)
                 info["normalized_to_rows"] = rows
-        enabled = name != "noop_rtc_disabled"
-        run(name, "single", obs, (schedule, beta, horizon, enabled), delay, leftover, info, expect)
+        settings = (case["schedule"], case["max_guidance_weight"], case["execution_horizon"], case.get("enabled", True))
+        run(case["name"], "single", case["obs"], settings, case["inference_delay"], leftover, info,
+            case.get("expect", "rtc"))
 
-    settings = (CHAIN["schedule"], CHAIN["max_guidance_weight"], CHAIN["execution_horizon"], True)
+    chain = spec["chain"]
+    settings = (chain["schedule"], chain["max_guidance_weight"], chain["execution_horizon"], True)
     queue = ActionQueue(rtc_config(*settings[:3]))
-    for j, (obs, delay, executed) in enumerate(zip(CHAIN["obs"], CHAIN["inference_delays"],
-                                                   CHAIN["executed_before_inference"])):
+    for j, (obs, delay, executed) in enumerate(zip(chain["obs"], chain["inference_delays"],
+                                                   chain["executed_before_inference"])):
         for _ in range(executed):
             assert queue.get() is not None
         index_before = queue.get_action_index()
         leftover, info = queue.get_left_over(), None
         if leftover is not None:
-            rows_from = CHAIN["inference_delays"][j - 1] + index_before
+            rows_from = chain["inference_delays"][j - 1] + index_before
             info = {"source": "previous chain chunk", "case": len(records) - 1, "rows_from": rows_from,
                     "leftover_rows_before_normalizing": int(leftover.shape[0]),
-                    "normalized_to_rows": CHAIN["execution_horizon"]}
-            leftover = fit_rows(leftover, target_steps=CHAIN["execution_horizon"])
+                    "normalized_to_rows": chain["execution_horizon"]}
+            leftover = fit_rows(leftover, target_steps=chain["execution_horizon"])
             rows = min(leftover.shape[0], chunk - rows_from)
             assert torch.equal(leftover[:rows], records[-1]["actions"][rows_from:rows_from + rows])
-        run(f"{CHAIN['name']}{j}", "chain", obs, settings, delay, leftover, info,
+        run(f"{chain['name']}{j}", "chain", obs, settings, delay, leftover, info,
             "plain" if leftover is None else "rtc",
             {"chain_step": j, "executed_before_inference": executed, "queue_index_before": index_before})
         for _ in range(delay):
@@ -331,7 +333,8 @@ def main(family: str, out: Path) -> None:
 
     record_config = {key: value for key, value in config.items() if key not in ("cases", "generated_by", "set")}
     record_config.update({
-        "set": out.name,
+        "set": spec["name"],
+        "num_inference_steps": steps,
         "model": f"{config['model']}, with LeRobot's real-time chunking (RTC); weights and observations of "
                  f"{source_name}",
         "observations": config["cases"],
@@ -350,6 +353,6 @@ def main(family: str, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in FAMILIES:
-        sys.exit(f"usage: {sys.argv[0]} {{{'|'.join(FAMILIES)}}} OUT_DIR")
-    main(sys.argv[1], Path(sys.argv[2]))
+    if len(sys.argv) != 3:
+        sys.exit(f"usage: {sys.argv[0]} SPEC.json OUT_DIR")
+    main(json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2]))
