@@ -111,10 +111,6 @@ class Pi05Runtime:
         """Model-space actions [C, action_dim] -> physical units (de-normalized, relative made absolute)."""
         return family_kit.physical_actions(actions, raw_state, self.config, self.action_stats)
 
-    def to_model(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
-        """Physical actions [R, action_dim] -> model space, the inverse of `to_physical`."""
-        return family_kit.model_actions(actions, raw_state, self.config, self.action_stats)
-
 
 def config_of(bundle) -> Pi05Config:
     """The model config from a bundle's metadata alone (no weights read)."""
