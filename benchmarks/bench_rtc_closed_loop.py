@@ -5,6 +5,7 @@ added inference delay, in four modes side by side on the same episodes (seeds, g
                                                [--goal-speed 0.001] [--episodes 50] [--seed 0]
                                                [--tasks reach-v3 button-press-topdown-v3]
                                                [--workdir /tmp/bench_rtc_closed_loop] [--no-write]
+                                               [--reuse WORKDIR ...]
 
   sync        no delay: each chunk is executed from the step it was solved on (the reference)
   sync_delay  synchronous execution with the delay, as a robot whose loop waits for the policy: after
@@ -25,7 +26,8 @@ action's values of a[t] - a[t-1] at each step t where a new chunk takes over; in
 hold starts and where it ends) against the step within chunks, and the jerk (RMS of the command's
 second difference: the commands are end-effector velocities). Time is simulated, so nothing depends
 on this machine's speed; one process per task and mode (Meta-World wants one environment per
-process), one at a time.
+process), one at a time. `--reuse` reports on the episodes earlier runs left in their workdirs
+(runs on other seeds, pooled) instead of running any.
 """
 from __future__ import annotations
 
@@ -117,6 +119,8 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", nargs="+", choices=list(modes(0)), default=list(modes(0)))
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_rtc_closed_loop"))
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--reuse", type=Path, nargs="+", default=[],
+                        help="pool the episodes these earlier runs' workdirs hold instead of running new ones")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     from embodied_ros.node_infra.config import load_config
@@ -128,7 +132,12 @@ def main(argv=None) -> int:
     for index, (name, (overrides, blocking_delay)) in enumerate(modes(args.delay).items()):
         if name not in args.modes:
             continue
-        results = run_mode(name, overrides, blocking_delay, args, 120 + index)
+        if args.reuse:
+            results = {task: [record for folder in args.reuse
+                              for record in json.loads((folder / f"{name}-{task}.json").read_text())]
+                       for task in args.tasks}
+        else:
+            results = run_mode(name, overrides, blocking_delay, args, 120 + index)
         graph_delay = overrides.get("schedule.lockstep_action_delay", 0)
         for task, records in results.items():
             won = [r for r in records if r["success"]]
@@ -141,7 +150,8 @@ def main(argv=None) -> int:
     table = common.markdown_table(rows)
     print(table)
     if not args.no_write:
-        note = (f"Seeds {args.seed}..{args.seed + args.episodes - 1} per task, the same goals, goal motion "
+        seeds = sorted({record["seed"] for record in records})
+        note = (f"Seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} per task), the same goals, goal motion "
                 f"({args.goal_speed} m a step) and flow noise in every mode; {args.max_steps}-step cap (held steps "
                 f"count); plan every {plan_every} steps, chunks of 10 actions. switch_step: max-abs change of the "
                 "command at the steps where a new chunk takes over (sync_delay: where a hold starts or ends); "
