@@ -12,12 +12,13 @@ EXTRA = Path(__file__).parent / "data" / "extra"
 PI05_SETS = ["pi05_one_cam_odd", "pi05_three_cam_missing", "pi05_fp16_two_cam", "pi05_gqa"]
 PI0_SETS = ["pi0_three_cam_gqa"]  # pi0.5's files and arrays plus the state (pi0's own tests read them)
 WAN_SETS = ["wan_block_dim96", "wan_block_dim48"]
-RTC_SETS = ["pi05_rtc_aside"]  # real-time chunking (docs/reference.md)
+RTC_SETS = ["pi05_rtc_aside", "pi0_rtc_aside", "smolvla_rtc_aside"]  # real-time chunking (docs/reference.md)
 SMOLVLA_SETS = ["smolvla_three_cam_gqa"]
 GROOT_SETS = ["groot_aside"]
 LINGBOT_SETS = ["lingbot_va_other", "lingbot_va_one_cam"]  # a whole policy each: VAE, UMT5, transformer
 MAX_SET_BYTES = 2 * 2**20
 MAX_WHOLE_POLICY_SET_BYTES = 6 * 2**20
+MAX_RTC_SET_BYTES = 3 * 2**20  # 17 cases, each with its observation's images
 
 PI05_CONFIG_KEYS = ["vision", "projector", "language_model", "expert", "chunk_size", "max_action_dim",
                     "max_state_dim", "action_dim", "state_dim", "num_inference_steps", "tokenizer_max_length",
@@ -49,7 +50,8 @@ def test_every_set_and_spec_is_present_and_small():
     assert specs == folders
     for name in folders:
         size = sum(f.stat().st_size for f in (EXTRA / name).rglob("*") if f.is_file())
-        limit = MAX_WHOLE_POLICY_SET_BYTES if name in LINGBOT_SETS else MAX_SET_BYTES
+        limit = {**dict.fromkeys(LINGBOT_SETS, MAX_WHOLE_POLICY_SET_BYTES),
+                 **dict.fromkeys(RTC_SETS, MAX_RTC_SET_BYTES)}.get(name, MAX_SET_BYTES)
         assert size < limit, f"{name} is {size} bytes"
 
 

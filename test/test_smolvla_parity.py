@@ -15,7 +15,8 @@ from embodied_ros.models.smolvla.parity import model_case
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "smolvla_tiny"
-OTHER_SHAPES = sorted(p for p in (DATA / "extra").glob("smolvla_*") if (p / "cases.npz").is_file())
+OTHER_SHAPES = sorted(p for p in (DATA / "extra").glob("smolvla_*")  # plain sampling records, not RTC ones
+                      if (p / "cases.npz").is_file() and "rtc" not in json.loads((p / "config.json").read_text()))
 TOLERANCE = 1e-4
 _MODELS = {}
 

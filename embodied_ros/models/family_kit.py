@@ -25,8 +25,9 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from embodied_ros.backbone.checks import positive, require
+from embodied_ros.heads import rtc
 from embodied_ros.pipeline.stages import ModelSpec, infer
-from embodied_ros.pipeline.types import Observation
+from embodied_ros.pipeline.types import ChunkContinuation, Observation
 
 TOLERANCES = {"f32": 1e-4, "f16": 5e-3, "bf16": 5e-2, "q8_0": 1e-1, "q4_k": 3e-1}
 _STRENGTH = ("f32", "f16", "bf16", "q8_0", "q4_k")  # weakest last
@@ -41,6 +42,8 @@ ROBOT_KEYS = ("state_names", "action_names", "action_period_s")  # a config's ro
 class ActionChunkConfig:
     """What a flow-matching VLA's config dataclass derives from its fields: state and action sizes,
     the LM's embedding scale, and the checks every such config makes."""
+
+    relative_action_mask: tuple[bool, ...] = ()  # absolute actions, unless the family's config has the field
 
     @property
     def action_dim(self) -> int:
@@ -190,6 +193,35 @@ def physical_actions(actions: np.ndarray, raw_state: np.ndarray | None, config, 
     return actions.astype(np.float32)
 
 
+def model_actions(actions: np.ndarray, raw_state: np.ndarray | None, config, action_stats) -> np.ndarray:
+    """Physical actions [R, action_dim] -> model space, the inverse of `physical_actions` for the
+    observation whose raw state is given (relative actions are taken from that state)."""
+    actions = np.asarray(actions, dtype=np.float32)
+    if actions.ndim != 2 or actions.shape[1] != config.action_dim:
+        raise ValueError(f"actions must be [rows, {config.action_dim}], got shape {actions.shape}")
+    if config.relative_action_mask:
+        if raw_state is None:
+            raise ValueError("relative actions need the raw state of the observation")
+        mask = np.array(config.relative_action_mask, dtype=np.float32)
+        actions = actions - raw_state[: config.action_dim] * mask
+    if action_stats is not None:
+        actions = action_stats.normalize(actions)
+    return actions.astype(np.float32)
+
+
+def continuation_guidance(continuation: ChunkContinuation | None, raw_state: np.ndarray | None, config,
+                          action_stats) -> rtc.Guidance | None:
+    """The real-time chunking guidance of an action solve over noise [chunk, max_action_dim] that
+    continues `continuation` (its leftover in physical units); None for plain sampling."""
+    if continuation is None:
+        return None
+    leftover = continuation.leftover
+    if leftover is not None:
+        leftover = model_actions(leftover, raw_state, config, action_stats)
+    return rtc.chunk_guidance(continuation.settings, leftover, continuation.delay_rows,
+                              (config.chunk_size, config.max_action_dim), config.num_inference_steps)
+
+
 # ---- recorded cases ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -211,6 +243,59 @@ def tolerance_for(stored_types, tolerances: Mapping[str, float] = TOLERANCES) ->
 
 def case_count(cases) -> int:
     return len({name.split("_")[0] for name in cases.files if name.startswith("case") and name.endswith("_noise")})
+
+
+def rtc_case_settings(case: dict) -> rtc.RtcSettings | None:
+    """The RTC settings of a recorded case (LeRobot's RTCConfig); None when RTC is off."""
+    config = case.get("rtc_config")
+    if not config or not config.get("enabled", True):
+        return None
+    return rtc.RtcSettings(config["prefix_attention_schedule"].lower(), float(config["max_guidance_weight"]),
+                           int(config["execution_horizon"]))
+
+
+def rtc_case_leftover(case: dict, cases, k: int, outputs: Mapping[int, np.ndarray]) -> np.ndarray | None:
+    """The leftover of case k: recorded, or for a chained case this runtime's own earlier output."""
+    source = case.get("prev_chunk_left_over")
+    if source is None:
+        return None
+    if source.get("source") == "previous chain chunk":
+        leftover = outputs[source["case"]][source["rows_from"]:]
+        return rtc.fit_rows(leftover, source["normalized_to_rows"])
+    return cases[f"case{k}_prev_chunk_left_over"]
+
+
+def model_record_cases(model, folder: Path, tolerance: float, prefix_of: Callable[[Any, Any, str], Any]
+                       ) -> Iterator[CaseResult]:
+    """Model-space record of a flow-matching family: inputs + noise (+ a real-time chunking
+    leftover) -> actions, compared in model space. `prefix_of(model, cases, "case{k}")` builds the
+    case's prefix cache from its recorded inputs.
+
+    A real-time chunking (RTC) record adds, per case, config.json `cases[k]` {rtc_config,
+    inference_delay, prev_chunk_left_over, expect} and `case{k}_prev_chunk_left_over`; a chained
+    case takes its leftover from this runtime's own output for the case it names, as a live loop
+    would; a case that expects plain sampling must equal this runtime's plain sampling bit for bit.
+    """
+    recorded = json.loads((Path(folder) / "config.json").read_text()).get("cases", [])
+    outputs: dict[int, np.ndarray] = {}
+    with np.load(Path(folder) / CASES_FILE) as cases:
+        for k in range(case_count(cases)):
+            cache = prefix_of(model, cases, f"case{k}")
+            expected, noise = cases[f"case{k}_actions"], cases[f"case{k}_noise"]
+            case = recorded[k] if k < len(recorded) and isinstance(recorded[k], dict) else {}
+            guidance = None
+            if "rtc_config" in case:
+                leftover = rtc_case_leftover(case, cases, k, outputs)
+                guidance = rtc.chunk_guidance(rtc_case_settings(case), leftover, int(case["inference_delay"]),
+                                              noise.shape, model.config.num_inference_steps)
+            actions = model.sample_actions(cache, noise, guidance)[:, : expected.shape[1]]
+            outputs[k] = actions
+            error, detail = float(np.abs(actions - expected).max()), ""
+            if case.get("expect") == "plain":
+                plain = model.sample_actions(cache, noise)[:, : expected.shape[1]]
+                if not np.array_equal(actions, plain):
+                    error, detail = float("inf"), "RTC no-op case differs from plain sampling"
+            yield CaseResult(f"case{k}", error, tolerance, detail)
 
 
 def record_kind(folder: Path, detect: Callable[[Path], Any]) -> str | None:
@@ -285,12 +370,16 @@ def converted_bundle(checkpoint: Path, quant: str, architecture: str, convert: C
 
 def reference_record(folder: Path, kind: str, tolerance: float, model_inputs: tuple[str, ...]):
     """The record a bundle carries: the folder's inputs, noise and the reference's actions. A model record
-    keeps `model_inputs` per case, a pipeline record the raw state, the uint8 images and the tasks."""
+    keeps `model_inputs` per case, a pipeline record the raw state, the uint8 images and the tasks.
+    A real-time chunking record is refused (its actions depend on a leftover chunk)."""
     from embodied_ros.bundle import ReferenceRecord
 
     folder = Path(folder)
     inputs, noise, expected, record_fields = {}, {}, {}, {"kind": kind}
     with np.load(folder / CASES_FILE) as cases:
+        if any(name.endswith("_prev_chunk_left_over") for name in cases.files):
+            raise ValueError(f"{folder}: a real-time chunking record cannot be a bundle's reference record "
+                             "(its actions depend on a leftover chunk); use a plain record")
         for k in range(case_count(cases)):
             noise[f"case{k}"] = cases[f"case{k}_noise"]
             expected[f"case{k}"] = cases[f"case{k}_actions"]

@@ -159,7 +159,7 @@ class ControllerConfig:
 class RtcConfig:
     enabled: bool = _doc("real-time chunking: the action head guides each new chunk toward what the controller will "
                          "still execute of the current one, and the controller drops the new chunk's rows whose "
-                         "instants passed before it landed (flow-matching models: pi0.5)", False)
+                         "instants passed before it landed (flow-matching models: pi0.5, pi0, SmolVLA)", False)
     schedule: str = _doc("weights of the leftover rows after the first d: linear, exp, ones or zeros (LeRobot's "
                          "prefix-attention schedules)", "linear")
     max_guidance_weight: float = _doc("cap on the guidance weight of the early, noisy solver steps", 10.0)

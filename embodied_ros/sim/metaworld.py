@@ -5,7 +5,13 @@ training tool and the reference-environment evaluation, so all of them see the s
 Meta-World's MT1 benchmark holds 50 goal settings drawn per process; here each episode draws its own
 goal from the episode seed instead, so training and evaluation goals are reproducible and distinct.
 Rendering: MuJoCo's offscreen renderer on the "corner" camera with shadows and reflections off (the
-image comes out upside down; training and evaluation share it). Needs mujoco 3.3.x, metaworld 3.0.x
+image comes out upside down; training and evaluation share it).
+
+Moving goals (`goal_speed` > 0, m per env step; reach-v3 and button-press-topdown-v3): before every
+step the thing to reach (reach's goal point, the button's box) moves horizontally at that constant
+speed, in a direction drawn from the episode seed, and bounces off the edges of the region the task
+draws it from at reset, so it never leaves the range the policy was trained on. The state's goal
+follows it. The hand moves at most 1 cm a step per axis (Meta-World's action scale). Needs mujoco 3.3.x, metaworld 3.0.x
 and, without a display, OSMesa (MUJOCO_GL=osmesa).
 """
 
@@ -26,6 +32,8 @@ IMAGE_SIZE = 64
 CAMERA = "corner"
 DEFAULT_MAX_STEPS = 200
 CONTROL_PERIOD_S = 0.0125  # 5 physics steps of 2.5 ms per env step (metaworld's frame_skip)
+MOVING = {"reach-v3": "goal", "button-press-topdown-v3": "box"}  # what a moving goal moves, per task
+GOAL_DIRECTION_STREAM = 7  # the goal's direction: np.random.default_rng((seed, this)), apart from the env's draws
 
 
 def missing_simulator() -> str | None:
@@ -38,6 +46,24 @@ def missing_simulator() -> str | None:
     except ImportError as error:
         return f"the Meta-World simulator is not installed ({error}); run ./setup.sh"
     return None
+
+
+def hold_action(last: np.ndarray | None) -> np.ndarray:
+    """The command that keeps the arm where it is: no end-effector motion, the gripper as last commanded."""
+    grip = 0.0 if last is None else float(np.asarray(last).reshape(-1)[3])
+    return np.array([0.0, 0.0, 0.0, grip])
+
+
+def bounce(position: np.ndarray, velocity: np.ndarray, low: np.ndarray, high: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """position + velocity, reflected back into [low, high] per axis (the velocity flips on a bounce)."""
+    position, velocity = position + velocity, velocity.copy()
+    for axis in range(position.size):
+        if position[axis] > high[axis]:
+            position[axis], velocity[axis] = 2 * high[axis] - position[axis], -velocity[axis]
+        elif position[axis] < low[axis]:
+            position[axis], velocity[axis] = 2 * low[axis] - position[axis], -velocity[axis]
+    return np.clip(position, low, high), velocity
 
 
 def state_vector(observation: np.ndarray) -> np.ndarray:
@@ -56,10 +82,14 @@ class StepResult:
 class MetaWorldTask:
     """One Meta-World task (one per process: a second environment in the same process misbehaves)."""
 
-    def __init__(self, task: str, image_size: int = IMAGE_SIZE) -> None:
+    def __init__(self, task: str, image_size: int = IMAGE_SIZE, goal_speed: float = 0.0) -> None:
         reason = missing_simulator()
         if reason:
             raise RuntimeError(reason)
+        if not (np.isfinite(goal_speed) and goal_speed >= 0):
+            raise ValueError(f"goal speed must be a number >= 0 (m per step), got {goal_speed}")
+        if goal_speed > 0 and task not in MOVING:
+            raise ValueError(f"a moving goal is defined for {', '.join(MOVING)}, not {task}")
         import metaworld
         import mujoco
         if task not in metaworld.ALL_V3_ENVIRONMENTS:
@@ -74,14 +104,41 @@ class MetaWorldTask:
         self.renderer = mujoco.Renderer(self.env.model, image_size, image_size)
         self._mujoco = mujoco
         self.observation: np.ndarray | None = None
+        self.goal_speed = float(goal_speed)
+        self.goal_velocity = np.zeros(2)  # m per step, horizontal
 
     def reset(self, seed: int) -> StepResult:
         self.env.np_random = np.random.Generator(np.random.PCG64(seed))
         self.observation, _ = self.env.reset()
+        angle = np.random.default_rng((seed, GOAL_DIRECTION_STREAM)).uniform(0.0, 2.0 * np.pi)
+        self.goal_velocity = self.goal_speed * np.array([np.cos(angle), np.sin(angle)])
         return StepResult(state_vector(self.observation), self.render(), 0.0, False)
+
+    def moving_position(self) -> np.ndarray:
+        """(3,) where the moving thing is now: reach's goal point, the button's box."""
+        if MOVING[self.task] == "goal":
+            return np.array(self.env._target_pos, dtype=np.float64)
+        return np.array(self.env.model.body("box").pos, dtype=np.float64)
+
+    def move_goal(self) -> None:
+        """One step of the goal's motion (nothing when it stands still)."""
+        if self.goal_speed == 0:
+            return
+        region = self.env._random_reset_space  # the task draws the goal (reach: the last 3 values) or box here
+        low, high = region.low[-3:][:2], region.high[-3:][:2]
+        before = self.moving_position()
+        moved, self.goal_velocity = bounce(before[:2], self.goal_velocity, low, high)
+        shift = np.array([moved[0] - before[0], moved[1] - before[1], 0.0])
+        if MOVING[self.task] == "goal":
+            self.env._target_pos = before + shift
+            self.env.model.site("goal").pos = self.env._target_pos
+        else:  # the box carries the button; the target (its hole) moves with it
+            self.env.model.body("box").pos = before + shift
+            self.env._target_pos = np.asarray(self.env._target_pos) + shift
 
     def step(self, action: np.ndarray) -> StepResult:
         action = np.clip(np.asarray(action, dtype=np.float64).reshape(4), -1.0, 1.0)
+        self.move_goal()
         self.observation, reward, _, _, info = self.env.step(action)
         return StepResult(state_vector(self.observation), self.render(), float(reward), bool(info["success"]))
 

@@ -19,7 +19,7 @@ import numpy as np
 from embodied_ros.backbone.paligemma import PaliGemmaPrefix
 from embodied_ros.backbone.prefix_cache import PrefixCache
 from embodied_ros.heads import action_time_expert as expert
-from embodied_ros.heads import flow
+from embodied_ros.heads import flow, rtc
 from embodied_ros.kernels.linear import pack_for_products
 from embodied_ros.kernels.rope import rope_tables
 from embodied_ros.models.pi0.config import Pi0Config
@@ -91,10 +91,12 @@ class Pi0Model(PaliGemmaPrefix):
         return expert.velocity(self.ks, self.config.expert, self.weights, self.expert_layers, self.action_part,
                                cache, x_t, self.step_time_bias[step], rope)
 
-    def sample_actions(self, cache: PrefixCache, noise: np.ndarray) -> np.ndarray:
+    def sample_actions(self, cache: PrefixCache, noise: np.ndarray,
+                       guidance: rtc.Guidance | None = None) -> np.ndarray:
         """noise x(t=1) [C, A] -> x(t=0) [C, A] (model space, padded action width); `cache` from
-        build_prefix (state token included)."""
+        build_prefix (state token included); `guidance` steers each step's velocity (real-time
+        chunking, heads/rtc.py)."""
         noise = self.checked_noise(noise, cache)
         rope = self.suffix_rope(cache)
         return flow.euler_solve(lambda x, step: self.velocity(cache, x, step, rope), noise,
-                                self.config.num_inference_steps)
+                                self.config.num_inference_steps, guidance=guidance)

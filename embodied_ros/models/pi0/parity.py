@@ -4,7 +4,9 @@ Record layouts as pi0.5's (models/pi05/parity.py), with the state:
 
 model record     config.json + model.safetensors + cases.npz with, per case k, `case{k}_images`
                  (model order, [0, 1]), `_image_masks`, `_tokens`, `_token_mask`, `_state`
-                 (model space), `_noise` and model-space `_actions` (test/data/pi0_tiny).
+                 (model space), `_noise` and model-space `_actions` (test/data/pi0_tiny); a
+                 real-time chunking record adds each case's leftover and settings
+                 (test/data/pi0_rtc_tiny, family_kit.model_record_cases).
 pipeline record  checkpoint/ (LeRobot save) + cases.json (tasks, prompts) + cases.npz with raw
                  inputs `case{k}_{camera}_uint8` (absent = camera missing), `_state_raw`, `_noise`,
                  the reference's `_tokens` and physical-unit `_actions` (test/data/pi0_tiny_checkpoint,
@@ -21,7 +23,7 @@ from typing import Iterator
 import numpy as np
 
 from embodied_ros.models import family_kit
-from embodied_ros.models.family_kit import CASES_FILE, TOLERANCES, CaseResult, case_count, tolerance_for
+from embodied_ros.models.family_kit import TOLERANCES, CaseResult, tolerance_for
 
 __all__ = ["TOLERANCES", "CaseResult", "tolerance_for", "record_kind", "recognizes_fixture", "run_cases",
            "run_fixture_parity", "reference_record", "verify_reference"]
@@ -40,21 +42,12 @@ def recognizes_fixture(path: str | Path) -> bool:
 
 # ---- running cases -------------------------------------------------------------------------
 
-def model_case(model, inputs, noise: np.ndarray, action_dim: int, key: str) -> np.ndarray:
-    """Model-space actions of one recorded case; inputs holds `{key}_images`, ... as recorded."""
+def model_prefix(model, inputs, key: str):
+    """The prefix cache of one recorded case; inputs holds `{key}_images`, ... as recorded."""
     images = inputs[f"{key}_images"] * np.float32(2.0) - np.float32(1.0)
     camera_mask = inputs[f"{key}_image_masks"]
-    cache = model.build_prefix(model.image_tokens(images, camera_mask), camera_mask, inputs[f"{key}_tokens"],
-                               inputs[f"{key}_token_mask"], inputs[f"{key}_state"])
-    return model.sample_actions(cache, noise)[:, :action_dim]
-
-
-def model_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResult]:
-    with np.load(Path(folder) / CASES_FILE) as cases:
-        for k in range(case_count(cases)):
-            expected = cases[f"case{k}_actions"]
-            actions = model_case(runtime.model, cases, cases[f"case{k}_noise"], expected.shape[1], f"case{k}")
-            yield CaseResult(f"case{k}", float(np.abs(actions - expected).max()), tolerance)
+    return model.build_prefix(model.image_tokens(images, camera_mask), camera_mask, inputs[f"{key}_tokens"],
+                              inputs[f"{key}_token_mask"], inputs[f"{key}_state"])
 
 
 def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> Iterator[CaseResult]:
@@ -62,7 +55,7 @@ def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> It
 
     kind = family_kit.require_kind(folder, record_kind(folder), "pi0")
     if kind == "model":
-        return model_cases(runtime, folder, tolerance)
+        return family_kit.model_record_cases(runtime.model, folder, tolerance, model_prefix)
     return family_kit.pipeline_cases(runtime, folder, tolerance,
                                      lambda observation: prompt_text(observation.instruction))
 
@@ -95,6 +88,7 @@ def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     from embodied_ros.models.pi0.runtime import load_runtime
 
     def record_case(runtime, record, key: str) -> np.ndarray:
-        return model_case(runtime.model, record.inputs, record.noise[key], record.expected[key].shape[1], key)
+        cache = model_prefix(runtime.model, record.inputs, key)
+        return runtime.model.sample_actions(cache, record.noise[key])[:, : record.expected[key].shape[1]]
 
     return family_kit.verify_reference(bundle, lambda b: load_runtime(b, backend), record_case)

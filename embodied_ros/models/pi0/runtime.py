@@ -4,7 +4,8 @@
     build_prefix  task text -> "task\\n" -> token ids; state -> normalized; image tokens + tokens
                   -> prefix cache, the state token's K/V appended
     predict_world None (pi0 has no world model)
-    act           prefix cache + noise -> Euler solve -> actions in physical units
+    act           prefix cache + noise -> Euler solve -> actions in physical units; with a
+                  continuation, the solve is guided toward its leftover (heads/rtc.py)
 
 The stage results carry the same tensors as pi0.5's (the cache's own arrays, token ids, mask, raw
 state), so the graph passes them the same way.
@@ -22,9 +23,14 @@ from embodied_ros.models.pi0.config import ARCHITECTURE, Pi0Config
 from embodied_ros.models.pi0.model import Pi0Model
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import ModelSpec
-from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
+from embodied_ros.pipeline.types import ActionChunkResult, ChunkContinuation, Observation, StageResult
 from embodied_ros.sequence.normalize import Normalizer, normalizer_of
 from embodied_ros.sequence.tokenizer import PromptTokenizer
+
+
+def model_spec(config: Pi0Config) -> ModelSpec:
+    """The stage contract's spec; pi0's `act` takes a continuation (real-time chunking)."""
+    return family_kit.action_model_spec(config, ARCHITECTURE, real_time_chunking=True)
 
 
 def prompt_text(task: str) -> str:
@@ -42,7 +48,7 @@ class Pi0Runtime:
         self.tokenizer = tokenizer
         self.state_stats = state_stats
         self.action_stats = action_stats
-        self.spec = family_kit.action_model_spec(config, ARCHITECTURE)
+        self.spec = model_spec(config)
 
     @classmethod
     def from_parts(cls, config: Pi0Config, weights: Mapping[str, Any], tokenizer_model: bytes | None = None,
@@ -91,13 +97,15 @@ class Pi0Runtime:
     def draw_noise(self, stamp_ns: int) -> np.ndarray:
         return stage_noise(self.spec.noise_seed, "action", stamp_ns, self.spec.noise_shape)
 
-    def act(self, prefix: StageResult, world: StageResult | None = None,
-            noise: np.ndarray | None = None) -> ActionChunkResult:
+    def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
+            continuation: ChunkContinuation | None = None) -> ActionChunkResult:
         family_kit.require_stage(prefix, "prefix", "act")
         cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
-        actions = self.model.sample_actions(cache, noise)[:, : self.config.action_dim]
-        actions = self.to_physical(actions, prefix.tensors.get("state"))
+        raw_state = prefix.tensors.get("state")
+        guidance = family_kit.continuation_guidance(continuation, raw_state, self.config, self.action_stats)
+        actions = self.model.sample_actions(cache, noise, guidance)[:, : self.config.action_dim]
+        actions = self.to_physical(actions, raw_state)
         return ActionChunkResult(prefix.stamp_ns, actions, self.config.action_period_s, self.config.action_names)
 
     def to_physical(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
@@ -106,7 +114,7 @@ class Pi0Runtime:
 
 
 def spec_of(bundle) -> ModelSpec:
-    return family_kit.action_model_spec(family_kit.config_of(bundle, Pi0Config), ARCHITECTURE)
+    return model_spec(family_kit.config_of(bundle, Pi0Config))
 
 
 def load_runtime(bundle, backend: str = "numba") -> Pi0Runtime:

@@ -19,7 +19,6 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.backbone.prefix_cache import PrefixCache
-from embodied_ros.heads import rtc
 from embodied_ros.models.pi05.config import Pi05Config
 from embodied_ros.models.pi05.model import Pi05Model
 from embodied_ros.pipeline.noise import stage_noise
@@ -103,13 +102,7 @@ class Pi05Runtime:
         cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
         raw_state = prefix.tensors.get("state")
-        guidance = None
-        if continuation is not None:
-            leftover = continuation.leftover
-            if leftover is not None:
-                leftover = self.to_model(leftover, raw_state)
-            guidance = rtc.chunk_guidance(continuation.settings, leftover, continuation.delay_rows,
-                                          self.spec.noise_shape, self.config.num_inference_steps)
+        guidance = family_kit.continuation_guidance(continuation, raw_state, self.config, self.action_stats)
         actions = self.model.sample_actions(cache, noise, guidance)[:, : self.config.action_dim]
         actions = self.to_physical(actions, raw_state)
         return ActionChunkResult(prefix.stamp_ns, actions, self.config.action_period_s, self.config.action_names)
@@ -117,21 +110,6 @@ class Pi05Runtime:
     def to_physical(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
         """Model-space actions [C, action_dim] -> physical units (de-normalized, relative made absolute)."""
         return family_kit.physical_actions(actions, raw_state, self.config, self.action_stats)
-
-    def to_model(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
-        """Physical actions [R, action_dim] -> model space, the inverse of `to_physical` for the
-        observation whose raw state is given (relative actions are taken from that state)."""
-        actions = np.asarray(actions, dtype=np.float32)
-        if actions.ndim != 2 or actions.shape[1] != self.config.action_dim:
-            raise ValueError(f"actions must be [rows, {self.config.action_dim}], got shape {actions.shape}")
-        if self.config.relative_action_mask:
-            if raw_state is None:
-                raise ValueError("relative actions need the raw state of the observation")
-            mask = np.array(self.config.relative_action_mask, dtype=np.float32)
-            actions = actions - raw_state[: self.config.action_dim] * mask
-        if self.action_stats is not None:
-            actions = self.action_stats.normalize(actions)
-        return actions.astype(np.float32)
 
 
 def config_of(bundle) -> Pi05Config:

@@ -20,7 +20,7 @@ import numpy as np
 
 from embodied_ros.backbone import llama, smolvlm
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
-from embodied_ros.heads import flow, interleaved_expert
+from embodied_ros.heads import flow, interleaved_expert, rtc
 from embodied_ros.heads.flow import time_embedding
 from embodied_ros.heads.interleaved_expert import ExpertLayer
 from embodied_ros.kernels import KernelSet, reuse_freed_memory
@@ -162,12 +162,14 @@ class SmolVLAModel:
         return interleaved_expert.velocity(self.ks, self.config.expert, self.weights, self.expert_layers, cache,
                                            context, x_t, self.time_embeddings[step])
 
-    def sample_actions(self, cache: PrefixCache, noise: np.ndarray) -> np.ndarray:
-        """noise x(t=1) [C, A] -> x(t=0) [C, A] (model space, padded action width)."""
+    def sample_actions(self, cache: PrefixCache, noise: np.ndarray,
+                       guidance: rtc.Guidance | None = None) -> np.ndarray:
+        """noise x(t=1) [C, A] -> x(t=0) [C, A] (model space, padded action width); `guidance` steers
+        each step's velocity (real-time chunking, heads/rtc.py)."""
         expected = (self.config.chunk_size, self.config.max_action_dim)
         noise = np.asarray(noise, dtype=np.float32)
         if noise.shape != expected:
             raise ValueError(f"noise must have shape {expected} (chunk, max_action_dim), got {noise.shape}")
         context = self.suffix_context(cache)
         return flow.euler_solve(lambda x, step: self.velocity(cache, x, step, context), noise,
-                                self.config.num_inference_steps)
+                                self.config.num_inference_steps, guidance=guidance)

@@ -4,7 +4,9 @@ Two record layouts, each a folder with cases.npz:
 
 model record     config.json + model.safetensors + cases.npz with, per case k, `case{k}_images`
                  (model slot order, [0, 1]), `_image_masks`, `_tokens`, `_token_mask`, `_state`,
-                 `_noise` and model-space `_actions` (format: test/data/smolvla_tiny).
+                 `_noise` and model-space `_actions` (format: test/data/smolvla_tiny); a real-time
+                 chunking record adds each case's leftover and settings (test/data/smolvla_rtc_tiny,
+                 family_kit.model_record_cases).
 pipeline record  checkpoint/ (LeRobot save) + cases.json (tasks) + cases.npz with raw inputs:
                  `case{k}_{camera}_uint8` (absent = camera missing), `_state_raw`, `_noise` and
                  physical-unit `_actions` (format: test/data/smolvla_tiny_checkpoint/README.md).
@@ -25,8 +27,9 @@ from embodied_ros.models.family_kit import (CASES_FILE, TOLERANCES, CaseResult, 
 from embodied_ros.models.smolvla.runtime import task_prompt
 from embodied_ros.pipeline.stages import infer
 
-__all__ = ["TOLERANCES", "CaseResult", "tolerance_for", "record_kind", "recognizes_fixture", "model_case",
-           "pipeline_observation", "run_cases", "run_fixture_parity", "reference_record", "verify_reference"]
+__all__ = ["TOLERANCES", "CaseResult", "tolerance_for", "record_kind", "recognizes_fixture", "model_prefix",
+           "model_case", "pipeline_observation", "run_cases", "run_fixture_parity", "reference_record",
+           "verify_reference"]
 
 
 def record_kind(folder: Path) -> str | None:
@@ -40,32 +43,38 @@ def recognizes_fixture(path: str | Path) -> bool:
     return record_kind(Path(path)) is not None
 
 
+def model_prefix(model, inputs, key: str):
+    """The prefix cache of one recorded case; inputs holds `{key}_images`, ... as recorded."""
+    images = inputs[f"{key}_images"] * np.float32(2.0) - np.float32(1.0)
+    mask = inputs[f"{key}_image_masks"]
+    return model.build_prefix(model.image_tokens(images, mask), mask, inputs[f"{key}_tokens"],
+                              inputs[f"{key}_token_mask"], inputs[f"{key}_state"])
+
+
 def model_case(model, inputs, k: int, action_dim: int) -> np.ndarray:
     """Model-space actions of case k of a model record (inputs: the npz or a record's inputs)."""
-    images = inputs[f"case{k}_images"] * np.float32(2.0) - np.float32(1.0)
-    mask = inputs[f"case{k}_image_masks"]
-    cache = model.build_prefix(model.image_tokens(images, mask), mask, inputs[f"case{k}_tokens"],
-                               inputs[f"case{k}_token_mask"], inputs[f"case{k}_state"])
-    return model.sample_actions(cache, inputs[f"case{k}_noise"])[:, :action_dim]
+    return model.sample_actions(model_prefix(model, inputs, f"case{k}"), inputs[f"case{k}_noise"])[:, :action_dim]
 
 
 def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> Iterator[CaseResult]:
     folder = Path(folder)
     kind = family_kit.require_kind(folder, record_kind(folder), "SmolVLA")
-    tasks = family_kit.recorded_tasks(folder) if kind == "pipeline" else []
+    if kind == "model":
+        return family_kit.model_record_cases(runtime.model, folder, tolerance, model_prefix)
+    return pipeline_cases(runtime, folder, tolerance)
+
+
+def pipeline_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResult]:
+    """Raw record through the runtime's stages; the token ids are checked too."""
+    tasks = family_kit.recorded_tasks(folder)
     with np.load(folder / CASES_FILE) as cases:
         for k in range(case_count(cases)):
-            expected = cases[f"case{k}_actions"]
-            if kind == "model":
-                actions = model_case(runtime.model, cases, k, expected.shape[1])
-                detail = ""
-            else:
-                observation = pipeline_observation(cases, tasks[k]["task"], f"case{k}", runtime.spec.camera_names, k)
-                actions = infer(runtime, observation, cases[f"case{k}_noise"]).actions
-                tokens, mask = runtime.tokenizer.encode(task_prompt(tasks[k]["task"]))
-                recorded = cases[f"case{k}_tokens"][cases[f"case{k}_token_mask"]]
-                detail = "" if np.array_equal(tokens[mask], recorded) else "token ids differ"
-            error = float(np.abs(actions - expected).max())
+            observation = pipeline_observation(cases, tasks[k]["task"], f"case{k}", runtime.spec.camera_names, k)
+            actions = infer(runtime, observation, cases[f"case{k}_noise"]).actions
+            tokens, mask = runtime.tokenizer.encode(task_prompt(tasks[k]["task"]))
+            recorded = cases[f"case{k}_tokens"][cases[f"case{k}_token_mask"]]
+            detail = "" if np.array_equal(tokens[mask], recorded) else "token ids differ"
+            error = float(np.abs(actions - cases[f"case{k}_actions"]).max())
             yield CaseResult(f"case{k}", error if not detail else float("inf"), tolerance, detail)
 
 

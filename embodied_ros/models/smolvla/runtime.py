@@ -3,7 +3,8 @@
     encode        images (uint8, any size) -> image tokens [S, T, D] of the present cameras
     build_prefix  task text -> token ids; image tokens + tokens + normalized state -> prefix cache
     predict_world None (SmolVLA has no world model)
-    act           prefix cache + noise -> Euler solve -> actions in physical units
+    act           prefix cache + noise -> Euler solve -> actions in physical units; with a
+                  continuation, the solve is guided toward its leftover (heads/rtc.py)
 
 Images of another size than the model's are resized keeping their aspect ratio and padded with
 black on the left and top (LeRobot's SmolVLA convention). Padding image slots for absent cameras
@@ -23,7 +24,7 @@ from embodied_ros.models.smolvla.config import SmolVLAConfig
 from embodied_ros.models.smolvla.model import SmolVLAModel
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import ModelSpec
-from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
+from embodied_ros.pipeline.types import ActionChunkResult, ChunkContinuation, Observation, StageResult
 from embodied_ros.sequence.images import resize_bilinear, to_unit_chw
 from embodied_ros.sequence.normalize import Normalizer, normalizer_of
 
@@ -111,20 +112,21 @@ class SmolVLARuntime:
     def draw_noise(self, stamp_ns: int) -> np.ndarray:
         return stage_noise(self.spec.noise_seed, "action", stamp_ns, self.spec.noise_shape)
 
-    def act(self, prefix: StageResult, world: StageResult | None = None,
-            noise: np.ndarray | None = None) -> ActionChunkResult:
+    def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
+            continuation: ChunkContinuation | None = None) -> ActionChunkResult:
         family_kit.require_stage(prefix, "prefix", "act")
         cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
-        actions = self.model.sample_actions(cache, noise)[:, : self.config.action_dim]
-        if self.action_stats is not None:
-            actions = self.action_stats.denormalize(actions)
-        return ActionChunkResult(prefix.stamp_ns, actions.astype(np.float32), self.config.action_period_s,
-                                 self.config.action_names)
+        guidance = family_kit.continuation_guidance(continuation, None, self.config, self.action_stats)
+        actions = self.model.sample_actions(cache, noise, guidance)[:, : self.config.action_dim]
+        return ActionChunkResult(prefix.stamp_ns, family_kit.physical_actions(actions, None, self.config,
+                                                                              self.action_stats),
+                                 self.config.action_period_s, self.config.action_names)
 
 
 def model_spec(config: SmolVLAConfig) -> ModelSpec:
-    return family_kit.action_model_spec(config, "smolvla")
+    """The stage contract's spec; SmolVLA's `act` takes a continuation (real-time chunking)."""
+    return family_kit.action_model_spec(config, "smolvla", real_time_chunking=True)
 
 
 def config_of(bundle) -> SmolVLAConfig:
