@@ -71,28 +71,3 @@ def test_one_process_per_node_gives_the_direct_runtime_chunk(bundle, runtime, in
         graph.close()
     _check(output, runtime, inputs)
     assert processes.exited() == {name: 0 for name in processes.node_names}  # clean exits on SIGINT
-
-
-def test_real_time_chunking_graph_continues_each_chunk_as_the_contract_says(bundle, runtime, inputs):
-    """Lock-step with `rtc.enabled`: each step's chunk equals a direct runtime call continuing the
-    previous chunk (deploy/continuation.py), so the run is as reproducible as without it."""
-    from embodied_ros.deploy.continuation import ChunkContinuer, DelayEstimate
-
-    config = load_config(None, {"bundle": str(bundle), "stages.noise_seed": SEED, "rtc.enabled": True,
-                                "rtc.delay": "fixed", "rtc.delay_rows": 2, "rtc.execution_horizon": 8})
-    with LockstepGraph(config, domain_id=next_domain(), timeout_s=120) as graph:
-        outputs = [graph.step(*inputs, instruction=INSTRUCTION) for _ in range(3)]
-    images, state = inputs
-    continuer = ChunkContinuer(config.rtc.settings, DelayEstimate(fixed_rows=2))
-    for step, output in enumerate(outputs):
-        assert output.chunk is not None, f"step {step}: no chunk; input problem: {output.input_problem!r}"
-        observation = Observation(output.stamp_ns, images, state, INSTRUCTION)
-        prefix = runtime.build_prefix(runtime.encode(observation), observation)
-        noise = stage_noise(SEED, "action", step, runtime.spec.noise_shape)
-        continuation = continuer.continuation(output.stamp_ns)
-        assert (continuation.leftover is None) == (step == 0)
-        expected = runtime.act(prefix, None, noise, continuation)
-        continuer.published(expected, output.stamp_ns)
-        np.testing.assert_allclose(output.chunk.actions, expected.actions, atol=1e-5, rtol=0)
-        if step > 0:  # the guidance changed the chunk
-            assert np.abs(expected.actions - runtime.act(prefix, None, noise).actions).max() > 1e-3

@@ -1,6 +1,7 @@
 """Real-time chunking for pi0 and SmolVLA: LeRobot 0.6.1's RTC records (test/data/pi0_rtc_tiny,
 smolvla_rtc_tiny and, in other shapes, extra/pi0_rtc_aside, extra/smolvla_rtc_aside, made by
-test/data/gen_rtc_records.py) and the graph's continuation of each chunk."""
+test/data/gen_rtc_records.py); for every flow-matching family (pi0.5 too), the runtime's act with a
+leftover in physical units and the graph's continuation of each chunk."""
 
 import dataclasses
 import json
@@ -83,7 +84,8 @@ def test_rtc_record_is_refused_as_a_bundle_reference(name):
 
 # ---- the runtimes and the graph ------------------------------------------------------------
 
-BUNDLES = {"pi0": ROOT / "bundles" / "pi0_tiny.gguf", "smolvla": ROOT / "bundles" / "smolvla_tiny.gguf"}
+BUNDLES = {"pi05": ROOT / "bundles" / "pi05_tiny.gguf", "pi0": ROOT / "bundles" / "pi0_tiny.gguf",
+           "smolvla": ROOT / "bundles" / "smolvla_tiny.gguf"}
 INSTRUCTION = "put the cup on the plate"
 SEED = 5
 
@@ -120,8 +122,9 @@ def test_act_continues_a_leftover_given_in_physical_units(family):
 
 
 def test_lockstep_graph_continues_each_chunk_as_the_contract_says(family):
-    """Lock-step with `rtc.enabled` on a pi0 / SmolVLA bundle: each step's chunk equals a direct
-    runtime call continuing the previous chunk (deploy/continuation.py)."""
+    """Lock-step with `rtc.enabled` on a pi0.5 / pi0 / SmolVLA bundle: each step's chunk equals a
+    direct runtime call continuing the previous chunk (deploy/continuation.py), so the run is as
+    reproducible as without it."""
     name, runtime, (images, state) = family
     config = load_config(None, {"bundle": str(BUNDLES[name]), "stages.noise_seed": SEED, "rtc.enabled": True,
                                 "rtc.delay": "fixed", "rtc.delay_rows": 2, "rtc.execution_horizon": 8})
