@@ -24,6 +24,7 @@ from embodied_ros.node_infra.spinning import spin_until_shutdown
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _STOP = threading.Event()  # set by the first ending signal, whether or not its KeyboardInterrupt arrives
+_POLLED = threading.Event()  # set while the main thread spins a loop that checks _STOP itself
 PARENT_PID = "EMBODIED_ROS_PARENT_PID"  # set by graph/processes.py: its node processes end with it
 PARENT_POLL_S = 0.5
 
@@ -96,12 +97,14 @@ def stop_requested() -> bool:
 
 
 def _stop_once(signum, frame) -> None:
-    """The first SIGINT or SIGTERM interrupts the main thread; any later one is ignored. The stop is
-    also recorded: a KeyboardInterrupt raised while rclpy's C++ side converts arguments comes back
-    as a RuntimeError ("Unable to convert call argument"), and a spin loop must still end."""
+    """The first SIGINT or SIGTERM stops the process; any later one is ignored. The stop is
+    recorded; the main thread is interrupted only when it is not in a spin loop that checks the
+    record: a KeyboardInterrupt raised inside rclpy came back as a RuntimeError ("Unable to convert
+    call argument", when its C++ side was converting arguments) or left a half-made Task behind."""
     ignore_ending_signals()
     _STOP.set()
-    raise KeyboardInterrupt
+    if not _POLLED.is_set():
+        raise KeyboardInterrupt
 
 
 def _ignore(signum, frame) -> None:
@@ -132,7 +135,11 @@ def run_node(node_class, args=None) -> None:
                 sys.exit(1)
             executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
             executor.add_node(node)
-            spin_until_shutdown(executor, lambda: not stop_requested())
+            _POLLED.set()
+            try:
+                spin_until_shutdown(executor, lambda: not stop_requested())
+            finally:
+                _POLLED.clear()
         except KeyboardInterrupt:
             pass
         finally:
