@@ -1,4 +1,5 @@
-"""Prompt tokenization with the SentencePiece model carried in the bundle.
+"""Prompt tokenization with the tokenizer carried in the bundle: a SentencePiece model
+(`PromptTokenizer`), or a Hugging Face tokenizer.json read by `tokenizer_from_json`.
 
 Matches the reference (transformers' GemmaTokenizer called with max_length, truncation and right
 padding): ids = [bos] + sentencepiece(prompt), no eos, truncated to max_length, right-padded with
@@ -41,3 +42,13 @@ class PromptTokenizer:
         mask = np.zeros(self.max_length, dtype=bool)
         mask[: len(ids)] = True
         return tokens, mask
+
+
+def tokenizer_from_json(tokenizer_json: bytes):
+    """A `tokenizers.Tokenizer` from a bundle's tokenizer.json; a file it cannot read is a one-line ValueError."""
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_str(bytes(tokenizer_json).decode("utf-8"))
+    except Exception as error:  # tokenizers raises its own exception type, decoding a UnicodeDecodeError
+        raise ValueError(f"tokenizer is not a valid tokenizer.json: {str(error).splitlines()[0]}") from None

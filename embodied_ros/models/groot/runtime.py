@@ -22,6 +22,7 @@ from embodied_ros.models.groot.model import Backbone, GrootModel
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import ModelSpec, blank_inference
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
+from embodied_ros.sequence.tokenizer import tokenizer_from_json
 
 
 def load_model(bundle, backend: str = "numba") -> GrootModel:
@@ -32,12 +33,7 @@ class QwenTokenizer:
     """The Hugging Face tokenizer.json a bundle carries; special tokens in the text are matched as such."""
 
     def __init__(self, tokenizer_json: bytes) -> None:
-        from tokenizers import Tokenizer
-
-        try:
-            self.tokenizer = Tokenizer.from_str(bytes(tokenizer_json).decode("utf-8"))
-        except Exception as error:  # tokenizers raises its own exception type
-            raise ValueError(f"tokenizer is not a valid tokenizer.json: {str(error).splitlines()[0]}") from None
+        self.tokenizer = tokenizer_from_json(tokenizer_json)
 
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, np.int64)

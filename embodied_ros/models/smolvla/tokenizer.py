@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from embodied_ros.sequence.tokenizer import tokenizer_from_json
+
 
 class SmolVLATokenizer:
     def __init__(self, tokenizer_json: bytes, max_length: int) -> None:
-        from tokenizers import Tokenizer
-
         if max_length < 1:
             raise ValueError(f"tokenizer max_length must be positive, got {max_length}")
-        try:
-            self.tokenizer = Tokenizer.from_str(bytes(tokenizer_json).decode("utf-8"))
-        except (UnicodeDecodeError, Exception) as error:  # tokenizers raises its own exception type
-            raise ValueError(f"tokenizer is not a valid tokenizer.json: {str(error).splitlines()[0]}") from None
+        self.tokenizer = tokenizer_from_json(tokenizer_json)
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
         self.max_length = max_length
