@@ -41,6 +41,40 @@ def test_available_memory_is_the_smaller_of_meminfo_and_the_cgroup(tmp_path):
     assert available_memory(proc, cgroup) == (2 << 30, "MemAvailable")
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_cgroups_reclaimable_page_cache_counts_as_available(tmp_path, version):
+    """A bundle read before stays in the cgroup's page cache, inside its usage: an 8 GiB cgroup holding
+    3.5 GiB of it (3 GiB inactive) has 7.5 GiB room, not 4.5 GiB."""
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    (proc / "meminfo").write_text("MemTotal: 24000000 kB\nMemAvailable: 20000000 kB\n")
+    if version == "v2":
+        (proc / "self" / "cgroup").write_text("0::/job\n")
+        (cgroup / "job").mkdir(parents=True)
+        files = {"memory.max": 8 << 30, "memory.current": 7 << 29}
+        stat, key = cgroup / "job" / "memory.stat", "inactive_file"
+        folder = cgroup / "job"
+    else:
+        (proc / "self" / "cgroup").write_text("4:memory:/job\n0::/\n")
+        folder = cgroup / "memory" / "job"
+        folder.mkdir(parents=True)
+        files = {"memory.limit_in_bytes": 8 << 30, "memory.usage_in_bytes": 7 << 29}
+        stat, key = folder / "memory.stat", "total_inactive_file"
+    for name, value in files.items():
+        (folder / name).write_text(f"{value}\n")
+    stat.write_text(f"cache 3758096384\n{key} {3 << 30}\nactive_file 536870912\n")
+    assert available_memory(proc, cgroup) == (15 << 29, "cgroup limit")
+
+
+def test_bench_refuses_a_bundle_that_cannot_fit_in_one_line(monkeypatch, capsys):
+    from embodied_ros.cli.main import main
+
+    monkeypatch.setattr(memory, "available_memory", lambda *args: (64 << 20, "cgroup limit"))
+    assert main(["bench", str(REPO / "bundles" / "pi05_tiny.gguf"), "--repeats", "1"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "needs" in error and "0.1 GiB are available (cgroup limit)" in error
+
+
 def test_a_load_that_cannot_fit_is_refused_in_one_line(tmp_path):
     proc, cgroup = _fake_machine(tmp_path, 1 << 20)  # 1 GiB available
     with pytest.raises(BundleMemoryError) as refused:

@@ -3,7 +3,10 @@
 A load that does not fit is refused up front (`check_fits`, one line: needed vs available) rather
 than left to the kernel's OOM killer, which ends the process without a word. Available memory is
 the smaller of the system's MemAvailable (free memory plus the page cache it can reclaim) and what
-the process's cgroup still allows (memory.max - memory.current, v2; limit - usage, v1).
+the process's cgroup still allows: its limit less its working set, the usage without the inactive
+file pages the kernel reclaims first (memory.max - memory.current + inactive_file, v2; limit - usage +
+total_inactive_file, v1). A bundle read before stays in the cgroup's page cache and counts in its
+usage; counting it as taken refused loads that fit.
 """
 
 from __future__ import annotations
@@ -70,8 +73,8 @@ def _meminfo(path: Path) -> dict[str, int]:
     except OSError:
         return {}
     values = {}
-    for line in lines:
-        key, _, rest = line.partition(":")
+    for line in lines:  # /proc/meminfo: "Key: value kB"; a cgroup's memory.stat: "key value" (bytes)
+        key, _, rest = line.partition(":") if ":" in line else line.partition(" ")
         parts = rest.split()
         if parts and parts[0].isdigit():
             values[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
@@ -102,11 +105,13 @@ def _cgroup_room(root: Path, v2: str, v1: str) -> int | None:
     """Bytes the process's cgroup may still take, or None where it sets no limit."""
     own = root / v2 if (root / v2 / "memory.max").exists() else root
     limit, usage = _read_number(own / "memory.max"), _read_number(own / "memory.current")
+    reclaimable = _meminfo(own / "memory.stat").get("inactive_file", 0)
     if limit is None:  # cgroup v1 (a huge number means no limit)
         memory = root / "memory" / v1 if (root / "memory" / v1 / "memory.limit_in_bytes").exists() else root / "memory"
         limit, usage = (_read_number(memory / "memory.limit_in_bytes"), _read_number(memory / "memory.usage_in_bytes"))
+        reclaimable = _meminfo(memory / "memory.stat").get("total_inactive_file", 0)
         if limit is not None and limit >= 1 << 60:
             limit = None
     if limit is None:
         return None
-    return max(0, limit - (usage or 0))
+    return max(0, limit - max(0, (usage or 0) - reclaimable))

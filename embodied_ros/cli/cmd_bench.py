@@ -2,8 +2,9 @@
 
 Loads the bundle as a node would (memory check, weights packed, kernels compiled), runs every
 recorded case `--repeats` times (the record folder's cases, else the bundle's reference record),
-and prints the median time of each stage, the median chunk, the peak resident memory of the
-process and the max abs action error against the record; the last line is
+and prints the median time of each stage, each case's median chunk and error, the median chunk,
+the peak resident memory of the process and the max abs action error against the record; the
+last line is
 
     chunk_ms=<median> max_abs_err=<value> peak_rss_mb=<value>
 
@@ -38,6 +39,7 @@ def peak_rss_mb() -> float:
 
 def run(args) -> int:
     from embodied_ros.bundle import BundleError, open_bundle
+    from embodied_ros.pipeline.stages import runtime_of
 
     if args.repeats < 1:
         print(f"bench: --repeats must be at least 1, got {args.repeats}", file=sys.stderr)
@@ -46,8 +48,7 @@ def run(args) -> int:
         bundle = open_bundle(args.bundle)
         family = importlib.import_module(f"embodied_ros.models.{bundle.architecture}.bench")
         cases = family.bench_cases(bundle, args.record)
-        runtime = importlib.import_module(f"embodied_ros.models.{bundle.architecture}").load_runtime(
-            bundle, args.backend)
+        runtime = runtime_of(bundle, args.backend)  # refused in one line where it cannot fit
     except ModuleNotFoundError as missing:
         if not (missing.name or "").startswith("embodied_ros.models."):
             raise
@@ -60,18 +61,24 @@ def run(args) -> int:
         print("bench: the record holds no cases", file=sys.stderr)
         return 2
     stage_seconds: dict[str, list[float]] = {}
-    chunks, worst = [], 0.0
+    chunks, per_case, worst = [], [], 0.0
     for case in cases:
         case.run(runtime)  # warm-up: first touches of buffers and caches
+        case_chunks, case_worst = [], 0.0
         for _ in range(args.repeats):
             seconds, error = case.run(runtime)
             for stage, value in seconds.items():
                 stage_seconds.setdefault(stage, []).append(value)
-            chunks.append(sum(seconds.values()))
-            worst = max(worst, error)
+            case_chunks.append(sum(seconds.values()))
+            case_worst = max(case_worst, error)
+        chunks += case_chunks
+        worst = max(worst, case_worst)
+        per_case.append((case.name, np.median(case_chunks), case_worst))
     for stage, values in stage_seconds.items():
         print(f"{stage}: median {np.median(values) * 1e3:.1f} ms (min {min(values) * 1e3:.1f}, "
               f"max {max(values) * 1e3:.1f})")
+    for name, median_s, error in per_case:
+        print(f"{name}: chunk median {median_s * 1e3:.1f} ms, max abs error {error:.4g}")
     print(f"{len(cases)} cases x {args.repeats} repeats, weights {bundle.weight_bytes / 2**20:.0f} MiB "
           f"({bundle.quant_plan or 'f32'})")
     print(f"chunk_ms={np.median(chunks) * 1e3:.1f} max_abs_err={worst:.4g} peak_rss_mb={peak_rss_mb():.0f}")

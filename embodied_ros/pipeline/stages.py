@@ -120,11 +120,16 @@ def load_runtime(bundle_path: str | Path, backend: str = "numba") -> Runtime:
     weights and working memory do not fit in the memory available is refused before anything is
     loaded (BundleMemoryError, one line)."""
     from embodied_ros.bundle import open_bundle
+
+    return runtime_of(open_bundle(bundle_path), backend)
+
+
+def runtime_of(bundle, backend: str = "numba") -> Runtime:
+    """The runtime of an open bundle's model family, after the memory check of `load_runtime`."""
     from embodied_ros.bundle.memory import check_fits
 
-    bundle = open_bundle(bundle_path)
-    family = _family(bundle, bundle_path)
-    check_fits(bundle.weight_bytes + WORKING_BYTES, f"{bundle_path}: {bundle.architecture} with "
+    family = _family(bundle, bundle.path)
+    check_fits(bundle.weight_bytes + WORKING_BYTES, f"{bundle.path}: {bundle.architecture} with "
                f"{bundle.weight_bytes / 2**30:.1f} GiB of weights")
     return family.load_runtime(bundle, backend)
 
