@@ -29,7 +29,7 @@ def to_bf16_weight(values: np.ndarray) -> Bf16Weight:
 
 def _examples(rng: np.random.Generator) -> list[tuple]:
     cases = []
-    for rows, n_in, n_out in ((1, 7, 5), (13, 33, 40), (50, 1024, 96), (23, 600, 64), (64, 512, 1024)):
+    for rows, n_in, n_out in ((1, 7, 5), (13, 33, 40), (50, 1024, 96), (23, 600, 64), (64, 512, 1024), (130, 512, 64)):
         x = rng.standard_normal((rows, n_in), dtype=np.float32)
         w = to_bf16_weight(rng.standard_normal((n_out, n_in), dtype=np.float32))
         cases.append((x, w, rng.standard_normal(n_out, dtype=np.float32)))

@@ -26,7 +26,7 @@ INT8_PRODUCTS = (vector_units_available() and int8_products_available()
 
 def _examples(rng: np.random.Generator) -> list[tuple]:
     cases = []
-    for rows, n_in, n_out in ((1, 32, 5), (13, 64, 40), (50, 1024, 96), (7, 608, 64), (64, 512, 1024)):
+    for rows, n_in, n_out in ((1, 32, 5), (13, 64, 40), (50, 1024, 96), (7, 608, 64), (64, 512, 1024), (130, 512, 64)):
         x = rng.standard_normal((rows, n_in), dtype=np.float32)
         stored = random_quant_tensor(rng, "q8_0", (n_out, n_in))
         w = pack_q8_0(stored.data, stored.shape)

@@ -31,6 +31,7 @@ MAX_ROWS = 6
 BLOCK = 32
 DEPTH_BLOCKS = 16  # 32-blocks per pass over a panel: 16 x 1.25 KiB = 20 KiB, in L1
 PARALLEL_MIN_MACS = 1 << 17
+PARALLEL_MIN_ELEMENTS = 1 << 16  # activations quantized by every thread from here on
 _BLOCK_BYTES = 8 * PANEL * 4  # int8 weights of one block of a panel
 
 
@@ -166,20 +167,31 @@ def _product_serial(xq, xd, wq, ws, wsum, bias, y):  # pragma: no cover - compil
     _panels(xq, xd, wq, ws, wsum, bias, y, 0, wq.shape[0])
 
 
+@jit(inline="always")
+def _quantize_row(x, xq, xd, r):  # pragma: no cover - compiled
+    for b in range(xd.shape[1]):
+        amax = np.float32(0.0)
+        for i in range(BLOCK):
+            amax = max(amax, abs(x[r, BLOCK * b + i]))
+        d = amax / np.float32(127.0)
+        inverse = np.float32(1.0) / d if d > 0 else np.float32(0.0)
+        xd[r, b] = d
+        for i in range(BLOCK):
+            q = np.round(x[r, BLOCK * b + i] * inverse)
+            xq[r, BLOCK * b + i] = np.uint8(np.int32(q) + 128)
+
+
 @jit()
 def quantize_rows(x, xq, xd):  # pragma: no cover - compiled
     """x [N, k] float32 -> xq [N, k] uint8 (q + 128), xd [N, k / 32] float32, per 32-block."""
     for r in range(x.shape[0]):
-        for b in range(xd.shape[1]):
-            amax = np.float32(0.0)
-            for i in range(BLOCK):
-                amax = max(amax, abs(x[r, BLOCK * b + i]))
-            d = amax / np.float32(127.0)
-            inverse = np.float32(1.0) / d if d > 0 else np.float32(0.0)
-            xd[r, b] = d
-            for i in range(BLOCK):
-                q = np.round(x[r, BLOCK * b + i] * inverse)
-                xq[r, BLOCK * b + i] = np.uint8(np.int32(q) + 128)
+        _quantize_row(x, xq, xd, r)
+
+
+@jit(parallel=True)
+def _quantize_parallel(x, xq, xd):  # pragma: no cover - compiled
+    for r in numba.prange(x.shape[0]):
+        _quantize_row(x, xq, xd, r)
 
 
 def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -247,8 +259,8 @@ def matmul_q8(x: np.ndarray, weight: Q8Weight, bias: np.ndarray | None = None) -
         return np.ascontiguousarray(y[:, :n_out])
     xq = np.empty((x.shape[0], n_in), np.uint8)
     xd = np.empty((x.shape[0], n_in // BLOCK), np.float32)
-    quantize_rows(x, xq, xd)
     workers = min(numba.get_num_threads(), n_panels)
+    (_quantize_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else quantize_rows)(x, xq, xd)
     if workers > 1 and x.shape[0] * n_in * n_out >= PARALLEL_MIN_MACS:
         _product_parallel(xq, xd, weight.quants, weight.scales, weight.sums, padded_bias, y, workers)
     else:
