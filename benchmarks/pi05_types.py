@@ -1,12 +1,15 @@
-"""pi05_small end to end for each stored type, with `embodied-ros bench`, next to PyTorch f32.
+"""A pi0.5 record end to end for each stored type, with `embodied-ros bench`, next to LeRobot.
 
-    python benchmarks/pi05_small_types.py [--repeats 3] [--threads 2] [--workdir /tmp/pi05_small_types]
+    python benchmarks/pi05_types.py [--record DIR] [--types f32,f16,bf16,q8_0,q4_k]
+                                    [--torch-dtypes f32,bf16] [--repeats 3] [--threads 2]
+                                    [--workdir /tmp/pi05_types] [--section NAME]
 
-Converts test/data/pi05_small once per stored type (F32, F16, BF16, Q8_0, Q4_K), runs
-`embodied-ros bench BUNDLE --record test/data/pi05_small` on each in its own process (per-stage
-medians, peak RSS, max abs action error against the record), then LeRobot's PI05Policy in float32
-(torch_reference.py pi05_small; its record error is its own), all in one run. Writes BENCHMARKS.md
-section pi05_small_types.
+Converts the record once per stored type (`embodied-ros bundle convert RECORD OUT --quant TYPE`,
+its peak resident memory measured), runs `embodied-ros bench BUNDLE --record RECORD` on each in its
+own process (per-stage medians over every case, peak RSS, max abs action error against the
+record), then LeRobot's PI05Policy in each of its dtypes in its own process (torch_reference.py
+pi05_small --dtype: case 0 timed, every case's error), all in one run, one process at a time.
+Writes the BENCHMARKS.md section NAME (default: the record folder's name + "_types").
 """
 from __future__ import annotations
 
@@ -15,66 +18,128 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import common
 
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k")
-RECORD = common.REPO_ROOT / "test" / "data" / "pi05_small"
+TORCH_DTYPES = ("f32", "bf16")
+CASE0 = "case 0 chunk ms (median)"
 
 
-def cli(*args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "embodied_ros.cli.main", *args], check=True, capture_output=True,
-                          text=True).stdout
+def run_measured(args: list[str]) -> tuple[str, float, float]:
+    """(stdout, peak RSS MiB, wall s) of one command of this package's CLI, in its own process."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "embodied_ros.cli.main", *args], stdout=subprocess.PIPE,
+                                stderr=err, text=True)
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)  # reaps it, with its own resource usage
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            err.seek(0)
+            raise RuntimeError(f"embodied-ros {' '.join(args)} failed ({proc.returncode}):\n{err.read()[-2000:]}")
+    return out, usage.ru_maxrss / 1024, time.perf_counter() - start
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--record", type=Path, default=common.REPO_ROOT / "test" / "data" / "pi05_small")
+    parser.add_argument("--types", default=",".join(TYPES), help=f"stored types, of {', '.join(TYPES)}")
+    parser.add_argument("--torch-dtypes", default=",".join(TORCH_DTYPES),
+                        help="LeRobot dtypes to run (f32, bf16), or none")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/pi05_small_types"))
-    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/pi05_types"))
+    parser.add_argument("--section", default=None)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
+    types = [t for t in args.types.split(",") if t]
+    torch_dtypes = [] if args.torch_dtypes == "none" else [d for d in args.torch_dtypes.split(",") if d]
+    unknown = [t for t in types if t not in TYPES] + [d for d in torch_dtypes if d not in TORCH_DTYPES]
+    if unknown:
+        parser.error(f"unknown type(s) {', '.join(unknown)}")
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[variable] = str(args.threads)
     args.workdir.mkdir(parents=True, exist_ok=True)
+    name = args.record.resolve().name
     rows = []
-    for qtype in TYPES:
-        bundle = args.workdir / f"pi05_small_{qtype}.gguf"
+    for qtype in types:
+        bundle = args.workdir / f"{name}_{qtype}.gguf"
+        convert_peak = convert_s = None
         if not bundle.is_file():
-            cli("bundle", "convert", str(RECORD), str(bundle), "--quant", qtype, "--no-progress")
-        out = cli("bench", str(bundle), "--record", str(RECORD), "--repeats", str(args.repeats))
+            _, convert_peak, convert_s = run_measured(["bundle", "convert", str(args.record), str(bundle),
+                                                       "--quant", qtype, "--no-progress"])
+            print(f"{qtype}: converted in {convert_s:.0f} s, peak RSS {convert_peak:.0f} MiB", flush=True)
+        out, _, _ = run_measured(["bench", str(bundle), "--record", str(args.record), "--repeats",
+                                  str(args.repeats)])
+        print(out, flush=True)
         stages = dict(re.findall(r"^(\w+): median ([\d.]+) ms", out, re.M))
+        case0 = re.search(r"^case0: chunk median ([\d.]+) ms", out, re.M)
         last = re.search(r"chunk_ms=([\d.]+) max_abs_err=(\S+) peak_rss_mb=(\d+)", out)
+        weights = re.search(r"weights (\d+) MiB", out)
+        weight_mib = float(weights[1]) if weights else float("nan")
         rows.append({"implementation": "embodied_ros", "weights": qtype.upper(),
-                     "bundle MiB": bundle.stat().st_size / 2**20, "chunk ms (median)": float(last[1]),
+                     "bundle MiB": bundle.stat().st_size / 2**20, "weights MiB": weight_mib,
+                     "case 0 chunk ms (median)": float(case0[1]), "chunk ms (median)": float(last[1]),
                      **{f"{stage} ms": float(value) for stage, value in stages.items()},
-                     "max abs action error": float(last[2]), "peak RSS MiB": int(last[3])})
-    if not args.no_torch:
-        result = common.run_torch_reference("pi05_small", repeats=args.repeats, warmup=1, threads=args.threads)
-        total = next(m for m in result["measurements"] if m["name"] == "total")
-        rows.append({"implementation": "PyTorch (LeRobot PI05Policy)", "weights": "F32",
-                     "chunk ms (median)": total["median_ms"],
-                     "max abs action error": result.get("max_abs_err_vs_record"),
-                     "peak RSS MiB": result.get("memory", {}).get("peak_rss_mb")})
-        torch_ms = total["median_ms"]
-        for row in rows[:-1]:
-            row["PyTorch f32 / this"] = torch_ms / row["chunk ms (median)"]
-    columns = ["implementation", "weights", "bundle MiB", "chunk ms (median)", "PyTorch f32 / this", "perception ms",
-               "prefix ms", "action ms", "max abs action error", "peak RSS MiB"]
-    body = "\n".join([
-        f"test/data/pi05_small (3 cases), `embodied-ros bench --repeats {args.repeats}` per stored type, each in its "
-        f"own process, {args.threads} threads; then PyTorch f32 on case 0 in its own process, in the same run. "
-        "The machine is shared with other work while this runs (load average in the Machine line, on 2 cores): "
-        "read the ratios within the run, and not the PyTorch ones as they would be on a quiet machine: its "
-        "OpenMP pool loses far more than this runtime's to an oversubscribed CPU (pi05_small section above: "
-        "3x on a quiet one).",
-        "", common.markdown_table(rows, columns)])
+                     "max abs action error": float(last[2]), "peak RSS MiB": int(last[3]),
+                     "peak RSS / (1.25 x weights + 1 GiB)": int(last[3]) / (1.25 * weight_mib + 1024),
+                     "conversion peak RSS MiB": convert_peak,
+                     "conversion peak - bundle MiB": (convert_peak - bundle.stat().st_size / 2**20
+                                                      if convert_peak else None)})
+    torch_rows = []
+    for dtype in torch_dtypes:
+        result = common.run_torch_reference("pi05_small", repeats=args.repeats, warmup=1, threads=args.threads,
+                                            dtype=dtype, record=args.record, timeout_s=7200)
+        by_name = {m["name"]: m["median_ms"] for m in result["measurements"]}
+        torch_rows.append({"implementation": "PyTorch (LeRobot PI05Policy)", "weights": dtype.upper(),
+                           "case 0 chunk ms (median)": by_name["total"], "perception ms": by_name["vision"],
+                           "prefix ms": by_name["prefix"], "action ms": by_name["expert_steps_sum"],
+                           "max abs action error": result.get("max_abs_err_vs_record"),
+                           "peak RSS MiB": result.get("memory", {}).get("peak_rss_mb")})
+        print(torch_rows[-1], flush=True)
+    fastest_torch = min(torch_rows, key=lambda r: r[CASE0], default=None)
+    for row in rows:
+        for torch_row in torch_rows:
+            row[f"PyTorch {torch_row['weights'].lower()} / this"] = torch_row[CASE0] / row[CASE0]
+    columns = ["implementation", "weights", "bundle MiB", "weights MiB", CASE0, "chunk ms (median)",
+               *[f"PyTorch {d} / this" for d in torch_dtypes], "perception ms", "prefix ms", "action ms",
+               "max abs action error", "peak RSS MiB", "peak RSS / (1.25 x weights + 1 GiB)",
+               "conversion peak RSS MiB", "conversion peak - bundle MiB"]
+    lines = [f"{args.record} ({name}), `embodied-ros bench --repeats {args.repeats}` per stored type (every case "
+             f"of the record, a warm-up run each), each in its own process, {args.threads} threads; then LeRobot's "
+             f"PI05Policy.predict_action_chunk per dtype on case 0 ({args.repeats} timed runs after a warm-up; "
+             "its error over every case), each in its own process, in the same run, one process at a time. "
+             "Speed ratios compare case 0 on both sides; 'chunk ms' is this runtime's median over every case "
+             "(bench's chunk_ms), 'perception / prefix / action ms' its stage medians over every case (LeRobot's: "
+             "case 0; its vision tower is timed through embed_image, the prefix through the language model's "
+             "forward, the action through its denoise steps). Action errors are the largest |action - record| over every case, the record being LeRobot's "
+             "float32 policy."]
+    if fastest_torch:
+        bar = fastest_torch["max abs action error"]
+        eligible = [r for r in rows if r["max abs action error"] <= bar]
+        best = min(eligible, key=lambda r: r[CASE0], default=None)
+        lines.append("")
+        lines.append(f"LeRobot's fastest dtype here: {fastest_torch['weights']} "
+                     f"({fastest_torch[CASE0] / 1e3:.2f} s a chunk, action error "
+                     f"{bar:.3g}). " + (
+                         f"Fastest type of this runtime with an action error no worse than that: {best['weights']}, "
+                         f"{fastest_torch[CASE0] / best[CASE0]:.2f}x faster on case 0."
+                         if best else "No type of this runtime has an action error as small."))
+    by_type = {r["weights"]: r for r in rows}
+    if "Q8_0" in by_type and "F32" in by_type:
+        ratio = by_type["F32"][CASE0] / by_type["Q8_0"][CASE0]
+        lines.append(f"Q8_0 vs F32 on case 0: {ratio:.2f}x faster" + (
+            f"; vs BF16: {by_type['BF16'][CASE0] / by_type['Q8_0'][CASE0]:.2f}x"
+            if "BF16" in by_type else "") + ".")
+    body = "\n".join([*lines, "", common.markdown_table(rows + torch_rows, columns)])
     print(body)
     if not args.no_write:
-        common.write_section(common.REPO_ROOT / "BENCHMARKS.md", "pi05_small_types", body,
-                             command="python benchmarks/pi05_small_types.py " + " ".join(argv or sys.argv[1:]),
+        common.write_section(common.REPO_ROOT / "BENCHMARKS.md", args.section or f"{name}_types", body,
+                             command="python benchmarks/pi05_types.py " + " ".join(argv or sys.argv[1:]),
                              machine=common.machine_line())
     return 0
 

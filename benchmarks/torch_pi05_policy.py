@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
+from safetensors import safe_open
 
 import lerobot.policies.pi0.modeling_pi0 as pi0_module
 import lerobot.policies.pi05.modeling_pi05 as pi05_module
@@ -97,12 +97,17 @@ def record_sized_constructors(config: dict):
             setattr(module, name, value)
 
 
-def build_policy(config: dict, weights_path: str | Path):
-    """PI05Policy or PI0Policy (float32, CPU, eval) with the record's dimensions and weights."""
+def build_policy(config: dict, weights_path: str | Path, dtype: str = "float32"):
+    """PI05Policy or PI0Policy (CPU, eval) with the record's dimensions and weights.
+
+    dtype is LeRobot's own setting: "float32", or "bfloat16" (its bfloat16 parameters with the few it
+    keeps in float32). The weights are copied in tensor by tensor from the mapped file, so a
+    full-size record needs no second copy of the model in memory.
+    """
     size = config["vision"]["image_size"]
     cameras = {name: PolicyFeature(FeatureType.VISUAL, (3, size, size)) for name in config["camera_names"]}
     policy_config = (PI0Config if is_pi0(config) else PI05Config)(
-        device="cpu", dtype="float32", image_resolution=(size, size), chunk_size=config["chunk_size"],
+        device="cpu", dtype=dtype, image_resolution=(size, size), chunk_size=config["chunk_size"],
         n_action_steps=config["chunk_size"], tokenizer_max_length=config["tokenizer_max_length"],
         max_action_dim=config["max_action_dim"], max_state_dim=config["max_state_dim"],
         num_inference_steps=config["num_inference_steps"],
@@ -111,12 +116,18 @@ def build_policy(config: dict, weights_path: str | Path):
     with record_sized_constructors(config):
         module = policy_module(config)
         policy = (module.PI0Policy if is_pi0(config) else module.PI05Policy)(policy_config)
-    weights = {name: tensor.to(torch.float32) for name, tensor in load_file(str(weights_path)).items()}
-    result = policy.load_state_dict(weights, strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith(UNUSED_TENSOR_SUFFIX)]
-    if missing or result.unexpected_keys:
-        raise ValueError(f"weights do not match the policy: missing {missing[:5]}, "
-                         f"unexpected {result.unexpected_keys[:5]}")
+    targets = policy.state_dict()  # tensors sharing the parameters' storage
+    unexpected = []
+    with safe_open(str(weights_path), framework="pt") as weights, torch.no_grad():
+        stored = set(weights.keys())
+        for name in stored:
+            if name in targets:
+                targets[name].copy_(weights.get_tensor(name))
+            else:
+                unexpected.append(name)
+    missing = [k for k in targets if k not in stored and not k.endswith(UNUSED_TENSOR_SUFFIX)]
+    if missing or unexpected:
+        raise ValueError(f"weights do not match the policy: missing {missing[:5]}, unexpected {unexpected[:5]}")
     return policy.eval()
 
 

@@ -10,7 +10,8 @@ benchmark scripts call it through `common.run_torch_reference`, which runs it as
 MODE:
   pi05_small    PI05Policy.predict_action_chunk on a pi0.5 reference record (default
                 test/data/pi05_small, case 0): vision, prefix, each Euler step and total, plus
-                max_abs_err against the record's actions. --dtype f32 only.
+                max_abs_err against the record's actions. --dtype f32 or bf16 (LeRobot's own
+                dtype="bfloat16" setting).
   pi0_small     PI0Policy.predict_action_chunk on a pi0 reference record (--record, e.g. one made
                 by gen_pi0_fixture.py from benchmarks/specs/pi0_small.json), timed as pi05_small.
   siglip_layer  one SigLIP encoder layer, width 1152, 16 heads, mlp 4304 (transformers
@@ -80,37 +81,44 @@ def torch_dtype(name: str):
 
 def bench_pi05_small(args) -> dict:
     import torch_pi05_policy as pi05
-    if args.dtype != "f32":
-        raise ValueError(f"pi05_small runs the reference in f32 only, got --dtype {args.dtype}")
+    if args.dtype == "both":
+        raise ValueError("pi05_small runs one dtype per process: --dtype f32 or bf16")
+    dtype = {"f32": "float32", "bf16": "bfloat16"}[args.dtype]
     record = Path(args.record or DEFAULT_RECORD)
     if not record.is_dir():
         raise FileNotFoundError(f"no pi0.5 reference record at {record}; pass --record DIR, a folder with "
                                 f"model.safetensors, config.json and cases.npz")
     config, cases = pi05.read_record(record)
-    policy = pi05.build_policy(config, record / "model.safetensors")
+    policy = pi05.build_policy(config, record / "model.safetensors", dtype)
     batch, noise = pi05.case_batch(config, cases, 0)
     clock = pi05.StageClock(policy)
     outputs = []
     total = common.time_repeats(lambda: outputs.append(policy.predict_action_chunk(batch, noise=noise.clone())),
                                 args.repeats, args.warmup, setup=clock.start_run)
-    actions = outputs[-1][0].numpy()
-    timed_runs = clock.runs[args.warmup:]
+    errors = [float(abs(outputs[-1][0].float().numpy() - cases["case0_actions"]).max())]
+    for k in range(1, len(config["cases"])):  # the other cases once each, untimed, for the record's error
+        case_batch, case_noise = pi05.case_batch(config, cases, k)
+        clock.start_run()
+        actions = policy.predict_action_chunk(case_batch, noise=case_noise)[0].float().numpy()
+        errors.append(float(abs(actions - cases[f"case{k}_actions"]).max()))
+    timed_runs = clock.runs[args.warmup:args.warmup + args.repeats]
     flops = common.flops_pi05_chunk(config)
-    stages = [measurement("vision", flops["vision"], common.Timing([sum(r["vision"]) for r in timed_runs])),
-              measurement("prefix", flops["prefix"], common.Timing([sum(r["prefix"]) for r in timed_runs]))]
+    stages = [measurement("vision", flops["vision"], common.Timing([sum(r["vision"]) for r in timed_runs]),
+                          args.dtype),
+              measurement("prefix", flops["prefix"], common.Timing([sum(r["prefix"]) for r in timed_runs]), args.dtype)]
     steps = config["num_inference_steps"]
     for s in range(steps):
         stages.append(measurement(f"expert_step_{s}", flops["expert_step"],
-                                  common.Timing([r["expert_steps"][s] for r in timed_runs])))
+                                  common.Timing([r["expert_steps"][s] for r in timed_runs]), args.dtype))
     stages.append(measurement("expert_steps_sum", steps * flops["expert_step"],
-                              common.Timing([sum(r["expert_steps"]) for r in timed_runs])))
-    stages.append(measurement("total", flops["total"], total))
+                              common.Timing([sum(r["expert_steps"]) for r in timed_runs]), args.dtype))
+    stages.append(measurement("total", flops["total"], total, args.dtype))
     policy_name = "PI0Policy" if pi05.is_pi0(config) else "PI05Policy"
     return {"implementation": f"lerobot {policy_name}.predict_action_chunk, no pre/post-processor, batch 1, case 0",
             "shape": {"record": str(record), "n_cameras": config["n_cameras"], "prefix_len": config["prefix_len"],
                       "chunk_size": config["chunk_size"], "num_inference_steps": steps},
             "measurements": stages,
-            "max_abs_err_vs_record": float(abs(actions - cases["case0_actions"]).max()),
+            "max_abs_err_vs_record": max(errors), "max_abs_err_per_case": errors,
             "weights_mb": sum(p.numel() * p.element_size() for p in policy.parameters()) / 2**20}
 
 
