@@ -51,7 +51,8 @@ def _random_bias(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 
 def _examples(rng: np.random.Generator) -> list[tuple]:
     cases = []
-    for tq, tk, hq, hkv, d in ((1, 1, 1, 1, 4), (7, 7, 4, 4, 12), (13, 29, 8, 1, 16), (30, 30, 6, 2, 72)):
+    for tq, tk, hq, hkv, d in ((1, 1, 1, 1, 4), (7, 7, 4, 4, 12), (13, 29, 8, 1, 16), (30, 30, 6, 2, 72),
+                              (96, 96, 8, 2, 64)):  # the last one runs on every thread
         q = rng.standard_normal((tq, hq, d), dtype=np.float32) * 2.0
         k = rng.standard_normal((tk, hkv, d), dtype=np.float32) * 2.0
         v = rng.standard_normal((tk, hkv, d), dtype=np.float32)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import (LANES, PANEL, prefetch, q4_k_block_to_panel, tile, transpose16,
                                              bytes_at, floats_at)
 from embodied_ros.kernels.cpu.vector_math import _float32_from_bits
@@ -48,7 +48,6 @@ DEPTH_BLOCK = 512  # k per packed block (a multiple of every quantized block siz
 DECODE_STEP = 256  # k decoded at a time: 32 rows x 256 floats = 32 KiB
 PANEL_BLOCK = 8  # panels packed at a time: 8 x 512 x 32 floats = 512 KiB per thread
 ROW_BLOCK = 128  # rows of x per pass over a packed block: 128 x 512 floats = 256 KiB
-PARALLEL_MIN_MACS = 1 << 17  # smaller products run on the calling thread
 KINDS = {"f32": 0, "q8_0": 1, "q4_k": 2, "bf16": 3, "f16": 4}
 _NO_FLOATS = np.zeros((0, 0), np.float32)
 _NO_PANELS = np.zeros((0, 0, PANEL), np.float32)

@@ -25,7 +25,7 @@ import numba
 import numpy as np
 
 from embodied_ros.kernels.cpu.gemm import MAX_ROWS, ZERO_BIAS, tile_rows
-from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL, floats_at, transpose16
 from embodied_ros.kernels.cpu.vector_math import exp_f32
 
@@ -151,27 +151,43 @@ def _rows_of_head(q, out, head, r0, r1, width, n_keys, scale, bias, key_bias, gr
         row += rows
 
 
-@jit(parallel=True, fastmath=_FAST)
-def _attention(q, out, n_kv, n_rows, width, parts, bias_layout, key_bias_addr, scale, group, key_panels,
-               value_panels, scores, inv_totals, scratch):  # pragma: no cover - compiled
+@jit(inline="always", fastmath=_FAST)
+def _attention_worker(worker, workers, q, out, n_kv, n_rows, width, parts, bias_layout, key_bias_addr, scale, group,
+                      key_panels, value_panels, scores, inv_totals, scratch):  # pragma: no cover - compiled
     """Rows r of each kv head are query r // group. q, out: (address, head stride, row stride);
     parts: [4, 4] layouts of keys (two parts) then values (two parts), see _key_address;
     bias_layout: (address, rows, row stride) of a [Tq, keys] bias or address 0; key_bias_addr: a
-    [keys] bias or 0. Buffers per worker; strides in floats."""
-    workers, n_keys = key_panels.shape[0], parts[0, 1] + parts[1, 1]
+    [keys] bias or 0. Buffers per worker; strides in floats. Worker `worker` of `workers` takes
+    whole kv heads, or with fewer heads than workers its share of each head's rows."""
+    n_keys = parts[0, 1] + parts[1, 1]
     bias = floats_at(bias_layout[0], bias_layout[1], bias_layout[2], n_keys if bias_layout[0] else 0)
     key_bias = floats_at(key_bias_addr, 1, n_keys if key_bias_addr else 0, n_keys if key_bias_addr else 0)[0]
+    if n_kv >= workers:
+        heads, first_row, last_row = range(worker, n_kv, workers), 0, n_rows
+    else:
+        heads, first_row, last_row = range(n_kv), worker * n_rows // workers, (worker + 1) * n_rows // workers
+    for head in heads:
+        if last_row > first_row:
+            _pack_head(parts, head, width, key_panels[worker], value_panels[worker])
+            _rows_of_head(q, out, head, first_row, last_row, width, n_keys, scale, bias, key_bias, group,
+                          key_panels[worker], value_panels[worker], scores[worker], inv_totals[worker],
+                          scratch[worker])
+
+
+@jit(parallel=True, fastmath=_FAST)
+def _attention(q, out, n_kv, n_rows, width, parts, bias_layout, key_bias_addr, scale, group, key_panels,
+               value_panels, scores, inv_totals, scratch):  # pragma: no cover - compiled
+    workers = key_panels.shape[0]
     for worker in numba.prange(workers):
-        if n_kv >= workers:  # whole kv heads per worker
-            heads, first_row, last_row = range(worker, n_kv, workers), 0, n_rows
-        else:  # one head at a time, its rows shared
-            heads, first_row, last_row = range(n_kv), worker * n_rows // workers, (worker + 1) * n_rows // workers
-        for head in heads:
-            if last_row > first_row:
-                _pack_head(parts, head, width, key_panels[worker], value_panels[worker])
-                _rows_of_head(q, out, head, first_row, last_row, width, n_keys, scale, bias, key_bias, group,
-                              key_panels[worker], value_panels[worker], scores[worker], inv_totals[worker],
-                              scratch[worker])
+        _attention_worker(worker, workers, q, out, n_kv, n_rows, width, parts, bias_layout, key_bias_addr, scale,
+                          group, key_panels, value_panels, scores, inv_totals, scratch)
+
+
+@jit(fastmath=_FAST)
+def _attention_serial(q, out, n_kv, n_rows, width, parts, bias_layout, key_bias_addr, scale, group, key_panels,
+                      value_panels, scores, inv_totals, scratch):  # pragma: no cover - compiled
+    _attention_worker(0, 1, q, out, n_kv, n_rows, width, parts, bias_layout, key_bias_addr, scale, group,
+                      key_panels, value_panels, scores, inv_totals, scratch)
 
 
 def _buffers(workers: int, n_keys: int, width: int) -> tuple[np.ndarray, ...]:
@@ -210,12 +226,14 @@ def attend(q: np.ndarray, keys: tuple[np.ndarray, np.ndarray], values: tuple[np.
         out_rows = np.empty_like(q_rows)
     n_keys = keys[0].shape[0] + keys[1].shape[0]
     workers = max(1, min(workers, max(n_kv, q_rows.shape[1] // MAX_ROWS)))
+    if 2 * n_kv * q_rows.shape[1] * n_keys * width < PARALLEL_MIN_MACS:  # scores and weighted sum
+        workers = 1
     parts = np.array([_part_layout(part) for part in (*keys, *values)], np.int64)
     bias_layout = np.array([bias.ctypes.data, bias.shape[0], bias.strides[0] // 4] if bias.size else [0, 0, 0],
                            np.int64)
-    _attention(_rows_layout(q_rows), _rows_layout(out_rows), n_kv, q_rows.shape[1], width, parts, bias_layout,
-               key_bias.ctypes.data if key_bias.size else 0, np.float32(width ** -0.5), group,
-               *_buffers(workers, n_keys, width))
+    run = _attention if workers > 1 else _attention_serial
+    run(_rows_layout(q_rows), _rows_layout(out_rows), n_kv, q_rows.shape[1], width, parts, bias_layout,
+        key_bias.ctypes.data if key_bias.size else 0, np.float32(width ** -0.5), group, *_buffers(workers, n_keys, width))
     if n_kv == 1 or group == 1:
         return out
     return out_rows.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
