@@ -11,13 +11,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, jit
 from embodied_ros.kernels.registry import kernel, reference
 
 _FAST = {"reassoc", "contract"}
 # Below this many elements a kernel runs on the calling thread: waking the thread pool costs more
 # than the work (tens of microseconds idle, milliseconds when the cores are shared).
-PARALLEL_MIN_ELEMENTS = 1 << 16
 
 
 def _check_rows(op: str, x: np.ndarray, **per_row: np.ndarray) -> None:

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from embodied_ros.kernels.cpu.jit import jit
-from embodied_ros.kernels.modulation import PARALLEL_MIN_ELEMENTS
+from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS
 from embodied_ros.kernels.registry import kernel, reference
 
 _FAST = {"reassoc", "contract"}

@@ -21,12 +21,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_MACS, jit
+from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL
 
 MAX_ROWS = 10
 DEPTH_BLOCK = 256  # k pairs per pass over a panel: 256 x 32 pairs = 32 KiB, in L1
-PARALLEL_MIN_ELEMENTS = 1 << 16  # activations rounded by every thread from here on
 
 
 def bf16_products_available() -> bool:

@@ -24,13 +24,12 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_MACS, jit
+from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL
 
 MAX_ROWS = 6
 BLOCK = 32
 DEPTH_BLOCKS = 16  # 32-blocks per pass over a panel: 16 x 1.25 KiB = 20 KiB, in L1
-PARALLEL_MIN_ELEMENTS = 1 << 16  # activations quantized by every thread from here on
 _BLOCK_BYTES = 8 * PANEL * 4  # int8 weights of one block of a panel
 
 

@@ -48,13 +48,17 @@ def vector_units_available() -> bool:
     return bool(llvm_binding.get_host_cpu_features().get("avx512f", False))
 
 
-# Marks the wait setting as this package's default, not the user's: processes a graph starts
-# inherit it and may choose their own (`share_cores_with_other_processes`).
 # Products of fewer multiply-adds run on the calling thread. A parallel region costs its threads'
 # wake-up and barrier, 10-50 us alone and far more in a busy graph where a worker waits for a core:
 # pi05_small's action stage (600 small products a chunk) took 19.7 ms alone with 1 << 17 here and
 # 16.4 ms with 1 << 22, and 64 -> 42 ms inside the composed graph.
 PARALLEL_MIN_MACS = 1 << 22
+# Element-wise passes (norms, rotations, activation rounding) over fewer elements run on the
+# calling thread.
+PARALLEL_MIN_ELEMENTS = 1 << 16
+
+# Marks the wait setting as this package's default, not the user's: processes a graph starts
+# inherit it and may choose their own (`share_cores_with_other_processes`).
 DEFAULT_MARK = "EMBODIED_ROS_OMP_WAIT_DEFAULT"
 WAIT_SET_BY_ENVIRONMENT = (("OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ)
                            and DEFAULT_MARK not in os.environ)
