@@ -16,6 +16,7 @@ from embodied_ros.share import share_path
 from embodied_ros.replay.synthetic import SyntheticConfig, measured_at, targets_at
 from embodied_ros.sim import robot
 from embodied_ros.sim.robot import ARM_JOINTS
+from fake_runtime import FakeRuntime
 from graph_harness import next_domain
 
 CAMERAS = {"front": (24, 32), "wrist": (16, 16)}
@@ -87,3 +88,31 @@ def test_a_model_family_without_spec_of_is_a_one_line_error(monkeypatch):
     monkeypatch.delattr(family, "spec_of")
     with pytest.raises(ValueError, match="model family 'pi05' cannot describe its inputs"):
         read_spec(load_config(share_path("config", "pi05.yaml")).bundle)
+
+
+def test_the_robot_command_of_up_makes_the_robot_of_the_model_without_reading_a_bundle(tmp_path):
+    spec = FakeRuntime(cameras=("front", "wrist"), image_size=(6, 8)).spec
+    config = load_config(None, {"inputs.state_joints": ["base", "lift"], "synthetic.camera_rate_hz": 7.0})
+    command = synthetic.robot_command(config, spec, tmp_path, namespace="arm")
+    assert command[1:3] == ["-m", "embodied_ros.nodes.synthetic"] and command[-2:] == ["-r", "__ns:=/arm"]
+    make_robot = synthetic.robot_from_arguments(["embodied-ros-synthetic-robot", *command[3:]])
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    try:
+        made, expected = make_robot(context=context), robot_for_model(config, spec, context=context)
+        assert made.cameras == expected.cameras == {"front": (6, 8), "wrist": (6, 8)}
+        assert made.joint_names == expected.joint_names and made.command_joints == expected.command_joints
+        assert made.joint_period_s == expected.joint_period_s
+        made.destroy_node()
+        expected.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+@pytest.mark.parametrize("camera", ["front", "front=0x8", "=6x8", "front=6by8"])
+def test_the_robot_executable_refuses_a_malformed_camera_in_one_line(camera, capsys):
+    with pytest.raises(SystemExit) as exited:
+        synthetic.main(["embodied-ros-synthetic-robot", "--camera", camera])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "NAME=HEIGHTxWIDTH" in error and camera in error

@@ -1,5 +1,8 @@
 """`up` on a composed graph with the test runtime: it runs, summarizes and reports the command stream."""
 
+import os
+from pathlib import Path
+
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.up import format_report, run_up
 from fake_runtime import FakeRuntime
@@ -20,3 +23,18 @@ def test_up_reports_stage_rates_latencies_and_command_period_error():
     assert report.commands["commands"] > 0
     assert report.commands["tick_period_error_ms_p99"] >= report.commands["tick_period_error_ms_p50"] >= 0
     assert "period error p50/p99" in text and "perception" in text
+    assert report.exited == {} and not _children_running("embodied_ros.nodes.synthetic")
+
+
+def _children_running(module: str) -> list[int]:
+    """Processes of this one's children whose command line names `module`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid() and module in command:
+            found.append(int(entry.name))
+    return found

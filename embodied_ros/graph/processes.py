@@ -78,9 +78,10 @@ class SeparateGraph:
         for name in self.node_names:
             self.spawn(name)
 
-    def spawn(self, name: str) -> None:
+    def spawn(self, name: str, command: Sequence[str] | None = None) -> None:
+        """Start a node of the graph, or under `name` another program of it (`command`)."""
         log = open(self.log_dir / f"{name}.log", "ab")
-        command = node_command(name, self.params_file, self.namespace, self.remaps)
+        command = command or node_command(name, self.params_file, self.namespace, self.remaps)
         self.processes[name] = subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Sequence
 
 import rclpy
@@ -22,10 +22,11 @@ from embodied_ros.graph.readiness import wait_until_active
 from embodied_ros.node_infra.spinning import SpinThread, interrupts_ignored
 from embodied_ros.nodes.controller import WAITING_FOR_FIRST_CHUNK
 from embodied_ros.nodes.runtime_cache import acquire_runtime
-from embodied_ros.nodes.synthetic import robot_for_model
-from embodied_ros.pipeline.stages import Runtime
+from embodied_ros.nodes.synthetic import robot_command
+from embodied_ros.pipeline.stages import ModelSpec, Runtime
 
 
+SYNTHETIC_ROBOT = "synthetic_robot"
 START_TIMEOUT_S = 120.0  # node processes import, load the bundle and compile kernels before they are active
 
 
@@ -65,13 +66,17 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
                                **node_kwargs)
     outside = SingleThreadedExecutor(context=context)
     outside.add_node(monitor)
-    if synthetic:
-        outside.add_node(robot_for_model(config, spec, **node_kwargs))
     spinner = SpinThread(outside, "up-outside")
     spinner.start()
     launched = started = time.monotonic()
-    graph, first_chunk_s, exited, ran_s = None, None, {}, 0.0
+    graph, robot, first_chunk_s, exited, ran_s = None, None, None, {}, 0.0
+
+    def ended() -> dict[str, int]:
+        return {**(graph.exited() if graph is not None else {}), **(robot.exited() if robot is not None else {})}
+
     try:
+        if synthetic:
+            robot = _start_robot(config, spec, namespace, domain_id)
         graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
         if isinstance(graph, SeparateGraph):
             wait_until_active(monitor, graph.node_names, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
@@ -79,18 +84,20 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
                  f"{time.monotonic() - launched:.1f} s; running for {duration_s:.0f} s")
         started = time.monotonic()
         try:
-            _watch(monitor, graph, duration_s, summary_period_s, started, print_fn)
+            _watch(monitor, ended, duration_s, summary_period_s, started, print_fn)
         except KeyboardInterrupt:  # Ctrl-C outside the watch loop's sleep: still report
             pass
         first_chunk_s = monitor.first_chunk_s(launched)
         ran_s = time.monotonic() - started
         # the tables cover the run announced by "graph up": not the start-up before it, nor the teardown after
         stages, commands = monitor.stage_summary(started), monitor.command_summary(int(started * 1e9))
-        exited = graph.exited()
+        exited = ended()
     finally:
         with interrupts_ignored():  # a second Ctrl-C here would abandon nodes mid-teardown (abort at exit)
             if graph is not None:
                 graph.stop()
+            if robot is not None:
+                robot.stop()
             nodes = outside.get_nodes()
             spinner.stop()
             for node in nodes:
@@ -98,6 +105,16 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
             rclpy.try_shutdown(context=context)
     return UpReport(config.layout, config.bundle, ran_s, first_chunk_s, stages, commands, dict(monitor.hold_reasons),
                     exited, monitor.input_problem)
+
+
+def _start_robot(config: GraphConfig, spec: ModelSpec, namespace: str, domain_id: int | None) -> SeparateGraph:
+    """The synthetic robot in a process of its own, as a real arm's driver is: its rendering and
+    joint states do not hold this process's interpreter (its config is written beside its log)."""
+    robot = SeparateGraph(replace(config, transport=replace(config.transport, mode="auto")), (),
+                          namespace=namespace, domain_id=domain_id)
+    robot.start()
+    robot.spawn(SYNTHETIC_ROBOT, robot_command(config, spec, robot.log_dir, namespace))
+    return robot
 
 
 def _start_graph(config, runtime, context, namespace, remaps, domain_id):
@@ -111,8 +128,8 @@ def _start_graph(config, runtime, context, namespace, remaps, domain_id):
     return graph
 
 
-def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, started: float,
-           print_fn: Callable[[str], None]) -> None:
+def _watch(monitor: GraphMonitor, ended: Callable[[], dict[str, int]], duration_s: float, period_s: float,
+           started: float, print_fn: Callable[[str], None]) -> None:
     """Print the live summary until the duration is over, Ctrl-C, or a node process ends."""
     end = time.monotonic() + duration_s if duration_s > 0 else float("inf")
     next_print = time.monotonic() + period_s
@@ -121,8 +138,8 @@ def _watch(monitor: GraphMonitor, graph, duration_s: float, period_s: float, sta
             time.sleep(0.05)
         except KeyboardInterrupt:
             break
-        if graph.exited():
-            print_fn(f"node process(es) ended: {graph.exited()}")
+        if ended():
+            print_fn(f"node process(es) ended: {ended()}")
             break
         if time.monotonic() >= next_print:
             next_print += period_s

@@ -91,6 +91,15 @@ def _end_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def spin_until_stopped(executor: SingleThreadedExecutor) -> None:
+    """Spin in the main thread of a process under `stopped_by_signals` until SIGINT or SIGTERM."""
+    _POLLED.set()
+    try:
+        spin_until_shutdown(executor, lambda: not stop_requested())
+    finally:
+        _POLLED.clear()
+
+
 def stop_requested() -> bool:
     """True once SIGINT or SIGTERM asked this process to stop."""
     return _STOP.is_set()
@@ -135,11 +144,7 @@ def run_node(node_class, args=None) -> None:
                 sys.exit(1)
             executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
             executor.add_node(node)
-            _POLLED.set()
-            try:
-                spin_until_shutdown(executor, lambda: not stop_requested())
-            finally:
-                _POLLED.clear()
+            spin_until_stopped(executor)
         except KeyboardInterrupt:
             pass
         finally:

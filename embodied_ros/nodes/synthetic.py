@@ -7,31 +7,37 @@ each camera renders the arm as it is at `synthetic.camera_rate_hz`; the instruct
 once (latched). `record-synthetic` writes episodes of the same arm and cameras. `make_image` and
 `make_joint_state` are the seams tests override to inject faults.
 
-`embodied-ros up` runs it beside the graph; on its own, for launch files (`robot:=synthetic`):
+`embodied-ros up` runs it beside the graph, in a process of its own as a real arm's driver would be
+(its rendering and 100 Hz joint states would otherwise hold the graph's interpreter); on its own,
+for launch files (`robot:=synthetic`):
 
-    embodied-ros-synthetic-robot [--config config/pi05.yaml] [--bundle B] [--ros-args ...]
+    embodied-ros-synthetic-robot [--config config/pi05.yaml] [--bundle B] [--camera NAME=HxW ...] [--ros-args ...]
 
 It reads the cameras and joints the graph listens to from the config and the bundle's metadata (no
-weights loaded).
+weights loaded), or from `--camera` and the config's joint names (`robot_command`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
-from typing import Sequence
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
+import yaml
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.deploy.messages import command_positions
-from embodied_ros.node_infra.config import GraphConfig, load_config
+from embodied_ros.node_infra.config import GraphConfig, load_config, to_parameters
 from embodied_ros.node_infra.paths import default_config
-from embodied_ros.node_infra.spinning import SpinThread, interrupts_ignored
+from embodied_ros.nodes.run import ignore_ending_signals, spin_until_stopped, stopped_by_signals
 from embodied_ros.node_infra.topics import COMMAND_TOPICS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, camera_topic
 from embodied_ros.inputs.image import array_to_image
 from embodied_ros.inputs.stamps import ns_to_time
@@ -108,39 +114,68 @@ def robot_for_model(config: GraphConfig, spec: ModelSpec, **node_kwargs) -> Synt
                           config.controller.joints or spec.action_names, **node_kwargs)
 
 
-def main(args=None) -> None:
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
+def robot_command(config: GraphConfig, spec: ModelSpec, folder: Path, namespace: str = "") -> list[str]:
+    """The robot executable's command line for the robot `robot_for_model(config, spec)` makes:
+    the config written to a file in `folder`, the model's inputs spelled out (no bundle is read)."""
+    inputs = replace(config.inputs, state_joints=config.inputs.state_joints or spec.state_names)
+    controller = replace(config.controller, joints=config.controller.joints or spec.action_names)
+    values = {**to_parameters(replace(config, inputs=inputs, controller=controller)), "bundle": ""}
+    config_file = folder / "synthetic_robot.yaml"
+    config_file.write_text(yaml.safe_dump(values, sort_keys=False))
+    height, width = spec.image_size
+    command = [sys.executable, "-m", __name__, "--config", str(config_file)]
+    for camera in config.inputs.cameras or spec.camera_names:
+        command += ["--camera", f"{camera}={height}x{width}"]
+    if namespace:
+        command += ["--ros-args", "-r", f"__ns:={namespace if namespace.startswith('/') else '/' + namespace}"]
+    return command
 
-    argv = sys.argv if args is None else args
+
+def _camera(text: str) -> tuple[str, tuple[int, int]]:
+    name, _, size = text.partition("=")
+    height, _, width = size.partition("x")
+    if not name or not height.isdigit() or not width.isdigit() or not int(height) or not int(width):
+        raise argparse.ArgumentTypeError(f"expected NAME=HEIGHTxWIDTH, e.g. front=224x224; got {text!r}")
+    return name, (int(height), int(width))
+
+
+def robot_from_arguments(argv: list[str]) -> Callable[..., SyntheticRobot]:
+    """The robot the executable's arguments describe, to be made once rclpy is up (`**node_kwargs`);
+    exits 2 with one line on a bad config or bundle."""
     parser = argparse.ArgumentParser(prog="embodied-ros-synthetic-robot", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=None, help="graph config YAML (default: config/pi05.yaml)")
     parser.add_argument("--bundle", help="model bundle file (overrides the config's `bundle`)")
+    parser.add_argument("--camera", type=_camera, action="append", default=[], metavar="NAME=HxW",
+                        help="a camera to render (repeatable); with the config's inputs.state_joints and "
+                             "controller.joints, no bundle is read")
     options = parser.parse_args(remove_ros_args(argv)[1:])
     try:
         config = load_config(options.config or default_config(), {"bundle": options.bundle} if options.bundle else {})
+        if options.camera and config.inputs.state_joints and config.controller.joints:
+            return partial(SyntheticRobot, config, dict(options.camera), config.inputs.state_joints,
+                           config.controller.joints)
         if not config.bundle:
             raise ValueError("no bundle configured: pass --bundle or set `bundle` in the config")
-        spec = read_spec(config.bundle)
+        return partial(robot_for_model, config, read_spec(config.bundle))
     except (OSError, ValueError) as error:
         print(f"embodied-ros-synthetic-robot: error: {error}", file=sys.stderr)
         sys.exit(2)
-    rclpy.init(args=argv)
-    node = robot_for_model(config, spec)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    spinner = SpinThread(executor, "synthetic-robot")
-    spinner.start()
-    try:
-        while rclpy.ok():
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        with interrupts_ignored():
-            spinner.stop()
+
+
+def main(args=None) -> None:
+    argv = sys.argv if args is None else args
+    make_robot = robot_from_arguments(argv)
+    with stopped_by_signals(argv):
+        node = make_robot()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        try:
+            spin_until_stopped(executor)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            ignore_ending_signals()
             node.destroy_node()
-            rclpy.try_shutdown()
 
 
 if __name__ == "__main__":
