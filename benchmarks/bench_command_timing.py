@@ -17,9 +17,10 @@ false), stage_nice_0 (the stages at the graph's priority), no_realtime
 (controller.realtime_priority 0) and shared (controller.own_process false: the controller in the
 graph's process). For each config, every variant runs `embodied-ros up --composed` for
 --duration seconds (each in a fresh process and ROS domain), one after the other, so they see the
-same machine load; then this process times each stage's call on its own (median of --repeats
-chunks, `embodied_ros.pipeline.timing`, the calls `bench_pi05.py` times) and gives each in-graph
-stage's compute p50 as a ratio of it.
+same machine load. This process times each stage's call on its own (median of --repeats chunks,
+`embodied_ros.pipeline.timing`, the calls `bench_pi05.py` times) before the graphs run and again
+after them, and gives each in-graph stage's compute p50 as a ratio of the mean of the two: on a
+shared machine the same call's time drifts by 20-50% within minutes, and both are printed.
 
 Period error is |interval - 20 ms| between consecutive commands: "tick" from the controller's
 send stamps, "arrival" from when the monitor of `up` received them (stamped by the middleware).
@@ -59,7 +60,7 @@ def parse_args(argv=None):
     parser.add_argument("--duration", type=float, default=30.0, help="seconds each graph runs after start-up")
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
-    parser.add_argument("--repeats", type=int, default=5, help="chunks timed per stage outside the graph")
+    parser.add_argument("--repeats", type=int, default=15, help="chunks timed per stage outside the graph")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_command_timing"))
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
@@ -109,17 +110,19 @@ def standalone_stages(config_path: Path, bundle: Path | None, repeats: int) -> d
     return stage_times_ms(acquire_runtime(config), repeats)
 
 
-def row_of(name: str, variant: str, report: dict, alone: dict[str, float]) -> dict:
+def row_of(name: str, variant: str, report: dict, before: dict[str, float], after: dict[str, float]) -> dict:
     commands, stages = report["commands"], report["stages"]
     row = {"config": name, "variant": variant, "commands": int(commands["commands"]),
            "rate_hz": round(commands["rate_hz"], 2)}
     for source in ("tick", "arrival"):
         for q in ("p50", "p99"):
             row[f"{source}_err_{q}_ms"] = round(commands[f"{source}_period_error_ms_{q}"], 3)
-    for stage, alone_ms in alone.items():
+    for stage in before:
         in_graph = stages.get(stage, {}).get("compute_ms_p50", float("nan"))
+        alone_ms = (before[stage] + after[stage]) / 2
         row[f"{stage}_ms"] = round(in_graph, 2)
         row[f"{stage}_alone_ms"] = round(alone_ms, 2)
+        row[f"{stage}_alone_before_after_ms"] = f"{before[stage]:.2f}/{after[stage]:.2f}"
         row[f"{stage}_ratio"] = round(in_graph / alone_ms, 3) if alone_ms > 0 else float("nan")
     row["holds"] = sum(report["hold_reasons"].values())
     return row
@@ -137,16 +140,18 @@ def main(argv=None) -> int:
         config_file, bundle_kind = CONFIGS[name]
         config_path = common.REPO_ROOT / config_file
         bundle = small_bundle(args.workdir) if bundle_kind == "pi05_small" else None
+        before = standalone_stages(config_path, bundle, args.repeats)
         reports = {}
         for variant in args.variants:
             reports[variant] = run_graph(config_path, bundle, VARIANTS[variant], args.duration, domain_id, args.workdir)
             domain_id += 1
-        alone = standalone_stages(config_path, bundle, args.repeats)
+        after = standalone_stages(config_path, bundle, args.repeats)
         for variant, report in reports.items():
-            rows.append(row_of(name, variant, report, alone))
+            rows.append(row_of(name, variant, report, before, after))
             print(json.dumps(rows[-1]), flush=True)
     columns = ["config", "variant", "commands", "rate_hz", "tick_err_p50_ms", "tick_err_p99_ms",
-               "arrival_err_p50_ms", "arrival_err_p99_ms", "action_ms", "action_alone_ms", "action_ratio", "holds"]
+               "arrival_err_p50_ms", "arrival_err_p99_ms", "action_ms", "action_alone_before_after_ms", "action_ratio",
+               "holds"]
     table = common.markdown_table(rows, columns)
     print(table)
     if not args.no_write:
@@ -158,8 +163,9 @@ def main(argv=None) -> int:
 
 NOTE = ("Period error: |interval - 20 ms| between consecutive commands, from the controller's send stamps "
         "(tick) and from their reception by `up`'s monitor (arrival), over the whole run after start-up. "
-        "action_ms: the action stage's compute p50 inside the graph; action_alone_ms: the same call "
-        "timed alone in one thread (median); ratio = in graph / alone. Variants: default (the shipped "
+        "action_ms: the action stage's compute p50 inside the graph; action_alone_before_after_ms: the same "
+        "call timed alone in one thread (median of the repeats) before and after the graphs ran; ratio = in "
+        "graph / the mean of the two. Variants: default (the shipped "
         "config: controller.own_process true, controller.realtime_priority 50, compute.stage_turns true, "
         "compute.stage_nice 5); each other variant undoes one of these: stages_at_once (stage_turns false), "
         "stage_nice_0, no_realtime (realtime_priority 0), shared (own_process false). "
