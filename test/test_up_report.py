@@ -1,7 +1,10 @@
 """`up` on a composed graph with the test runtime: it runs, summarizes and reports the command stream."""
 
 import os
+import sys
 from pathlib import Path
+
+import pytest
 
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.up import format_report, run_up
@@ -38,3 +41,13 @@ def _children_running(module: str) -> list[int]:
         if parent == os.getpid() and module in command:
             found.append(int(entry.name))
     return found
+
+
+def test_up_says_in_one_error_when_the_synthetic_robot_cannot_start(monkeypatch):
+    from embodied_ros.graph import up
+
+    monkeypatch.setattr(up, "robot_command", lambda *args: [sys.executable, "-c", "raise SystemExit(3)"])
+    with pytest.raises(RuntimeError, match=r"synthetic robot's process ended with exit code 3 \(its log: .*\.log\)"):
+        run_up(load_config(None), duration_s=2.0, domain_id=next_domain(), print_fn=lambda line: None,
+               runtime=FakeRuntime())
+    assert not _children_running("-c raise SystemExit")

@@ -23,7 +23,7 @@ from embodied_ros.node_infra.spinning import SpinThread, interrupts_ignored
 from embodied_ros.nodes.controller import WAITING_FOR_FIRST_CHUNK
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.nodes.synthetic import robot_command
-from embodied_ros.pipeline.stages import ModelSpec, Runtime
+from embodied_ros.pipeline.stages import ModelSpec, Runtime, read_spec
 
 
 SYNTHETIC_ROBOT = "synthetic_robot"
@@ -50,7 +50,21 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
            synthetic: bool = True, summary_period_s: float = 1.0, domain_id: int | None = None,
            print_fn: Callable[[str], None] = print, runtime: Runtime | None = None) -> UpReport:
     """Run the graph for `duration_s` seconds (after start-up) and report; Ctrl-C ends it early.
-    `runtime`: an already loaded runtime for a composed graph (default: load the config's bundle)."""
+    `runtime`: an already loaded runtime for a composed graph (default: load the config's bundle).
+    The synthetic robot's process starts first: it imports rclpy while the bundle loads."""
+    robot = None
+    if synthetic:
+        robot = _start_robot(config, runtime.spec if runtime is not None else read_spec(config.bundle), namespace,
+                             domain_id)
+    try:
+        return _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, domain_id, print_fn, runtime)
+    finally:
+        if robot is not None:
+            with interrupts_ignored():
+                robot.stop()
+
+
+def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, domain_id, print_fn, runtime):
     loading = time.monotonic()
     if runtime is None:
         runtime = acquire_runtime(config)
@@ -69,17 +83,17 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
     spinner = SpinThread(outside, "up-outside")
     spinner.start()
     launched = started = time.monotonic()
-    graph, robot, first_chunk_s, exited, ran_s = None, None, None, {}, 0.0
+    graph, first_chunk_s, exited, ran_s = None, None, {}, 0.0
 
     def ended() -> dict[str, int]:
         return {**(graph.exited() if graph is not None else {}), **(robot.exited() if robot is not None else {})}
 
     try:
-        if synthetic:
-            robot = _start_robot(config, spec, namespace, domain_id)
         graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
         if isinstance(graph, SeparateGraph):
             wait_until_active(monitor, graph.node_names, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
+        if robot is not None:
+            _wait_for_robot(monitor, robot, namespace)
         print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "
                  f"{time.monotonic() - launched:.1f} s; running for {duration_s:.0f} s")
         started = time.monotonic()
@@ -96,8 +110,6 @@ def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remap
         with interrupts_ignored():  # a second Ctrl-C here would abandon nodes mid-teardown (abort at exit)
             if graph is not None:
                 graph.stop()
-            if robot is not None:
-                robot.stop()
             nodes = outside.get_nodes()
             spinner.stop()
             for node in nodes:
@@ -115,6 +127,21 @@ def _start_robot(config: GraphConfig, spec: ModelSpec, namespace: str, domain_id
     robot.start()
     robot.spawn(SYNTHETIC_ROBOT, robot_command(config, spec, robot.log_dir, namespace))
     return robot
+
+
+def _wait_for_robot(monitor: GraphMonitor, robot: SeparateGraph, namespace: str) -> None:
+    """Return once the robot's node is on the graph (its publishers and timers are made with it), so
+    the run that "graph up" announces has inputs; RuntimeError naming its log otherwise."""
+    expected = (SYNTHETIC_ROBOT, "/" + namespace.strip("/"))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while expected not in monitor.get_node_names_and_namespaces():
+        problem = (f"ended with exit code {robot.exited()[SYNTHETIC_ROBOT]}" if robot.exited() else
+                   f"was not on the graph after {START_TIMEOUT_S:.0f} s" if time.monotonic() > deadline else "")
+        if problem:
+            robot.keep_logs = True
+            raise RuntimeError(f"the synthetic robot's process {problem} (its log: "
+                               f"{robot.log_dir / (SYNTHETIC_ROBOT + '.log')})")
+        time.sleep(0.05)
 
 
 def _start_graph(config, runtime, context, namespace, remaps, domain_id):
