@@ -99,7 +99,7 @@ def test_budget_bounds_on_arrival_and_ratios_are_checked(tmp_path):
     with pytest.raises(ValueError, match="arrival_error_p99_ms must be positive"):
         _budget(arrival_error_p99_ms=0.0)
     budget = load_budget("two-core")
-    assert budget.arrival_error_p99_ms == 3.0 and budget.stage_ratio == {"action": 1.3}
+    assert budget.arrival_error_p99_ms == 3.0 and budget.stage_ratio == {"action": 1.3, "world": 1.3}
     assert budget.command_period_error.p99_ms == 2.0
 
 
