@@ -1,6 +1,8 @@
 """The synthetic robot of `up` and the episodes of `record-synthetic` are one simulated arm with
 one set of cameras (`sim.robot`): the node's joint states and images are those functions' output."""
 
+import sys
+
 import numpy as np
 import pytest
 import rclpy
@@ -93,9 +95,10 @@ def test_a_model_family_without_spec_of_is_a_one_line_error(monkeypatch):
 def test_the_robot_command_of_up_makes_the_robot_of_the_model_without_reading_a_bundle(tmp_path):
     spec = FakeRuntime(cameras=("front", "wrist"), image_size=(6, 8)).spec
     config = load_config(None, {"inputs.state_joints": ["base", "lift"], "synthetic.camera_rate_hz": 7.0})
-    command = synthetic.robot_command(config, spec, tmp_path, namespace="arm")
-    assert command[1:3] == ["-m", "embodied_ros.nodes.synthetic"] and command[-2:] == ["-r", "__ns:=/arm"]
-    make_robot = synthetic.robot_from_arguments(["embodied-ros-synthetic-robot", *command[3:]])
+    command = synthetic.robot_command(config, spec, tmp_path)
+    assert command[1:3] == ["-m", "embodied_ros.nodes.synthetic"]
+    make_robot = synthetic.robot_from_arguments(["embodied-ros-synthetic-robot", *command[3:],
+                                                 "--ros-args", "-r", "__ns:=/arm"])
     context = Context()
     rclpy.init(context=context, domain_id=next_domain())
     try:
@@ -116,3 +119,15 @@ def test_the_robot_executable_refuses_a_malformed_camera_in_one_line(camera, cap
     assert exited.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "NAME=HEIGHTxWIDTH" in error and camera in error
+
+
+def test_a_program_of_a_separate_graph_gets_the_graphs_namespace_and_remaps(tmp_path):
+    from embodied_ros.graph.processes import SeparateGraph
+
+    graph = SeparateGraph(load_config(None), (), namespace="arm", remaps=["joint_states:=/arm/joint_states"],
+                          log_dir=tmp_path)
+    graph.start()
+    graph.spawn("echo", [sys.executable, "-c", "import sys; print(sys.argv[1:])"])
+    graph.processes["echo"].wait(timeout=30)
+    assert graph.stop() == {"echo": 0}
+    assert graph.log("echo").strip() == str(["--ros-args", "-r", "__ns:=/arm", "-r", "joint_states:=/arm/joint_states"])

@@ -41,13 +41,15 @@ def params_file_content(config: GraphConfig) -> dict:
 
 def node_command(node: str, params_file: Path, namespace: str = "", remaps: Sequence[str] = ()) -> list[str]:
     """The command line that runs one node of the graph, configured and activated on start."""
-    command = [sys.executable, "-m", node_spec(node).module, "--ros-args", "--params-file", str(params_file),
-               "-p", "autostart:=true"]
-    if namespace:
-        command += ["-r", f"__ns:={namespace if namespace.startswith('/') else '/' + namespace}"]
+    return [sys.executable, "-m", node_spec(node).module, "--ros-args", "--params-file", str(params_file),
+            "-p", "autostart:=true", *_remap_arguments(namespace, remaps)]
+
+
+def _remap_arguments(namespace: str, remaps: Sequence[str]) -> list[str]:
+    arguments = ["-r", f"__ns:={namespace if namespace.startswith('/') else '/' + namespace}"] if namespace else []
     for remap in remaps:
-        command += ["-r", remap]
-    return command
+        arguments += ["-r", remap]
+    return arguments
 
 
 class SeparateGraph:
@@ -78,10 +80,15 @@ class SeparateGraph:
         for name in self.node_names:
             self.spawn(name)
 
-    def spawn(self, name: str, command: Sequence[str] | None = None) -> None:
-        """Start a node of the graph, or under `name` another program of it (`command`)."""
+    def spawn(self, name: str, program: Sequence[str] | None = None) -> None:
+        """Start a node of the graph, or under `name` another program of it (`program`: its command
+        line without ROS arguments; it gets the graph's namespace and remaps)."""
         log = open(self.log_dir / f"{name}.log", "ab")
-        command = command or node_command(name, self.params_file, self.namespace, self.remaps)
+        if program is None:
+            command = node_command(name, self.params_file, self.namespace, self.remaps)
+        else:
+            remap_arguments = _remap_arguments(self.namespace, self.remaps)
+            command = [*program, "--ros-args", *remap_arguments] if remap_arguments else list(program)
         self.processes[name] = subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
 

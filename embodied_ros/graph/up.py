@@ -125,7 +125,7 @@ def _start_robot(config: GraphConfig, spec: ModelSpec, namespace: str, domain_id
     robot = SeparateGraph(replace(config, transport=replace(config.transport, mode="auto")), (),
                           namespace=namespace, domain_id=domain_id)
     robot.start()
-    robot.spawn(SYNTHETIC_ROBOT, robot_command(config, spec, robot.log_dir, namespace))
+    robot.spawn(SYNTHETIC_ROBOT, robot_command(config, spec, robot.log_dir))
     return robot
 
 

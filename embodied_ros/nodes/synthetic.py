@@ -114,9 +114,10 @@ def robot_for_model(config: GraphConfig, spec: ModelSpec, **node_kwargs) -> Synt
                           config.controller.joints or spec.action_names, **node_kwargs)
 
 
-def robot_command(config: GraphConfig, spec: ModelSpec, folder: Path, namespace: str = "") -> list[str]:
-    """The robot executable's command line for the robot `robot_for_model(config, spec)` makes:
-    the config written to a file in `folder`, the model's inputs spelled out (no bundle is read)."""
+def robot_command(config: GraphConfig, spec: ModelSpec, folder: Path) -> list[str]:
+    """The robot executable's command line (before any ROS arguments) for the robot
+    `robot_for_model(config, spec)` makes: the config written to a file in `folder`, the model's
+    inputs spelled out (no bundle is read)."""
     inputs = replace(config.inputs, state_joints=config.inputs.state_joints or spec.state_names)
     controller = replace(config.controller, joints=config.controller.joints or spec.action_names)
     values = {**to_parameters(replace(config, inputs=inputs, controller=controller)), "bundle": ""}
@@ -126,8 +127,6 @@ def robot_command(config: GraphConfig, spec: ModelSpec, folder: Path, namespace:
     command = [sys.executable, "-m", __name__, "--config", str(config_file)]
     for camera in config.inputs.cameras or spec.camera_names:
         command += ["--camera", f"{camera}={height}x{width}"]
-    if namespace:
-        command += ["--ros-args", "-r", f"__ns:={namespace if namespace.startswith('/') else '/' + namespace}"]
     return command
 
 
