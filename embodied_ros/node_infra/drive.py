@@ -12,6 +12,9 @@ drive instead of testing the mode itself. The drive decides
 - how long an action chunk takes to land at the controller beyond its step: `landing_delay_steps`
   (lock-step's simulated inference delay, `schedule.lockstep_action_delay`; free-running, the
   real one is measured);
+- whether a node reads the inputs of which only the newest message counts (cameras, joint states)
+  when it needs them (`polls_newest`, free-running) or by a callback per message (lock-step:
+  step k's message, not the newest);
 - which QoS its topics use (`sensor_qos`, `stage_qos`, `command_qos`, `status_qos`, `timing_qos`);
 - what it acknowledges: lock-step, a step the node made nothing for still gets a skip marker
   (`skipped` calls the node's `publish_skip_marker(step, now_ns)`), so consumers stop waiting.
@@ -43,6 +46,7 @@ class Drive:
     uses_sim_time = False  # True: the nodes' ROS clock is /clock (use_sim_time)
     input_reliability_configurable = True  # sensor QoS follows inputs.reliability
     keeps_every_message = False  # links reliable, transient local, deep (topics.lockstep_qos)
+    polls_newest = False  # inputs of which only the newest counts are read when needed (node_infra/polled.py)
 
     landing_delay_steps = 0
 
@@ -101,6 +105,7 @@ class FreeRunning(Drive):
     """`schedule.mode: realtime`: timers and arriving input make nodes run, on the newest input."""
 
     mode = "realtime"
+    polls_newest = True
 
     def follow_clock(self, node) -> None:
         pass  # the node's timers drive it

@@ -19,6 +19,7 @@ from rclpy.parameter import Parameter
 
 from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.node_infra.drive import Drive, drive_for
+from embodied_ros.node_infra.polled import PolledGroup, PolledSubscription, ignore_message
 from embodied_ros.node_infra.schedule import StepClock
 from embodied_ros.node_infra.spinning import PeriodicThread
 from embodied_ros.node_infra.stats import StageStats
@@ -48,6 +49,8 @@ class GraphNode(LifecycleNode):
         self.store = store or PROCESS_STORE
         self.active = False
         self.work_group = MutuallyExclusiveCallbackGroup()  # data callbacks: one at a time
+        self.polled_group = PolledGroup()
+        self._polled: list[PolledSubscription] = []
         self._entities: list[tuple[Callable[[Any], Any], Any]] = []
         self._diagnostics_thread: PeriodicThread | None = None
 
@@ -129,6 +132,25 @@ class GraphNode(LifecycleNode):
         self._entities.append((self.destroy_subscription, subscription))
         return subscription
 
+    def subscribe_newest(self, msg_type, topic: str, callback, qos, event_callbacks=None):
+        """An input of which only the newest message counts (a camera, joint states). Free-running it is
+        polled: `poll_newest()` hands the newest message that came since the last poll to `callback`,
+        and no message wakes the node (node_infra/polled.py); lock-step every message goes to
+        `callback` as it comes. Either way the result has the subscription's topic_name and qos_profile."""
+        if not self.drive.polls_newest:
+            return self.subscribe(msg_type, topic, callback, qos, event_callbacks)
+        subscription = self.create_subscription(msg_type, topic, ignore_message, qos, callback_group=self.polled_group,
+                                                event_callbacks=event_callbacks)
+        self._entities.append((self.destroy_subscription, subscription))
+        polled = PolledSubscription(subscription, callback)
+        self._polled.append(polled)
+        return polled
+
+    def poll_newest(self) -> None:
+        """Take the newest message of each polled input (`subscribe_newest`) to its callback."""
+        for polled in self._polled:
+            polled.poll()
+
     def ros_timer(self, period_s: float, callback):
         """A timer on the node's ROS clock (simulated time when use_sim_time is set)."""
         timer = self.create_timer(period_s, callback, callback_group=self.work_group)
@@ -181,6 +203,7 @@ class GraphNode(LifecycleNode):
 
     def _destroy_entities(self) -> None:
         self._stop_diagnostics()  # before its publisher goes
+        self._polled.clear()
         while self._entities:
             destroy, entity = self._entities.pop()
             destroy(entity)

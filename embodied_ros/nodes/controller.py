@@ -73,8 +73,8 @@ class ControllerNode(GraphNode):
         self._read_chunk = self.drive.reader(by_step=self._chunk_of_step, newest=self._newest_chunk)
         self._read_status = self.drive.reader(by_step=self._status_of_step, newest=self._newest_status)
         self.subscribe(ActionChunk, ACTION_CHUNK, self._on_chunk, self.drive.stage_qos())
-        self.subscribe(JointState, JOINT_STATES, self._on_joint_state,
-                       self.drive.sensor_qos(self.config.inputs.reliability))
+        self.subscribe_newest(JointState, JOINT_STATES, self._on_joint_state,
+                              self.drive.sensor_qos(self.config.inputs.reliability))
         self.subscribe(DiagnosticStatus, INPUT_STATUS, self._on_status, self.drive.status_qos())
         message_type = JointTrajectory if settings.output == "joint_trajectory" else Float64MultiArray
         self.command_publisher = self.lifecycle_publisher(
@@ -158,6 +158,7 @@ class ControllerNode(GraphNode):
 
     def _on_tick(self) -> None:
         self.period_stats.tick(time.monotonic_ns())
+        self.poll_newest()  # the arm's newest joint state, to hold at or ramp from
         now_ns = self.now_ns()
         self._command(now_ns)
 

@@ -33,10 +33,12 @@ class InputMismatches:
         self.subscriptions: dict[str, Subscription] = {}
         self.unnamed: dict[str, QoSPolicyKind] = {}  # input -> failed policy, while its publisher's node is unknown
 
-    def subscribe(self, name: str, msg_type, topic: str, callback, qos, **other_events) -> Subscription:
-        """The input `name`'s subscription; `other_events` are further event callbacks (e.g. matched=...)."""
+    def subscribe(self, name: str, msg_type, topic: str, callback, qos, via: Callable[..., Subscription] | None = None,
+                  **other_events) -> Subscription:
+        """The input `name`'s subscription, made by `via` (same arguments; default: the `subscribe` given
+        at construction); `other_events` are further event callbacks (e.g. matched=...)."""
         events = SubscriptionEventCallbacks(incompatible_qos=lambda event: self._on_event(name, event), **other_events)
-        self.subscriptions[name] = self._subscribe(msg_type, topic, callback, qos, events)
+        self.subscriptions[name] = (via or self._subscribe)(msg_type, topic, callback, qos, events)
         return self.subscriptions[name]
 
     def name_unnamed(self, still_silent: Callable[[str], bool]) -> None:

@@ -2,7 +2,9 @@
 
 Every step it checks each input (decodable, finite, fresh), publishes the Observation for the
 stages and an input status (diagnostic_msgs/DiagnosticStatus on embodied/input_status) that the
-controller holds on. Lock-step, step k's observation is made from the inputs stamped at step k.
+controller holds on. Free-running, each step takes the newest image and joint state then (no
+callback per message at the camera's or arm's rate; diagnostics give the inputs' ages as of that
+step); lock-step, step k's observation is made from the inputs stamped at step k.
 A publisher whose QoS cannot match an input's subscription is named (topic, policy, offered and
 requested) in the reason the input is missing, and in a warning.
 """
@@ -69,8 +71,9 @@ class ObservationNode(GraphNode):
         qos = self.drive.sensor_qos(inputs.reliability)
         for camera in self.cameras:
             self.mismatches.subscribe(_camera_input(camera), Image, camera_topic(camera),
-                                      partial(self._on_image, camera), qos)
-        self.mismatches.subscribe(JOINT_STATES, JointState, JOINT_STATES, self._on_joint_state, qos)
+                                      partial(self._on_image, camera), qos, via=self.subscribe_newest)
+        self.mismatches.subscribe(JOINT_STATES, JointState, JOINT_STATES, self._on_joint_state, qos,
+                                  via=self.subscribe_newest)
         self.mismatches.subscribe(INSTRUCTION, String, INSTRUCTION, self._on_instruction, INSTRUCTION_ANY_QOS,
                                   matched=self._on_instruction_matched)
         self.output_publisher = self.lifecycle_publisher(StageOutput, stage_topic(self.stage), self.drive.stage_qos())
@@ -147,6 +150,7 @@ class ObservationNode(GraphNode):
     # free-running -------------------------------------------------------------------------------
 
     def _on_timer(self) -> None:
+        self.poll_newest()
         self.mismatches.name_unnamed(self._silent)
         now_ns = self.now_ns()
         try:
