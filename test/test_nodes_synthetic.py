@@ -46,6 +46,19 @@ def test_the_node_moves_and_renders_the_simulated_arm():
         rclpy.try_shutdown(context=context)
 
 
+def test_a_view_is_the_same_picture_whatever_was_rendered_before_and_the_arm_shows_on_it():
+    pose = np.array([0.2, -0.4, 0.9, 0.3, 0.0, 0.0, 1.0])
+    first = robot.render_view(2, pose, (48, 64))
+    robot.render_view(2, np.zeros(7), (48, 64))
+    robot.render_view(2, np.full(7, np.nan), (48, 64))  # no arm drawn, no error
+    robot.render_view(2, np.array([0.0, 1e6, -1e6, 3.0]), (48, 64))  # links far outside the frame
+    np.testing.assert_array_equal(robot.render_view(2, pose, (48, 64)), first)
+    empty = robot.render_view(2, np.full(7, np.nan), (48, 64))
+    drawn = np.any(first != empty, axis=-1)
+    assert 30 < drawn.sum() < drawn.size // 4  # the links and the gripper's disc, over the background
+    assert np.all(first[drawn] != empty[drawn])
+
+
 def test_episodes_are_the_same_arm_following_the_scripted_targets():
     config = SyntheticConfig(duration_s=1.0, seed=4)
     times = config.start_ns + np.arange(0, 1000, 20) * 1_000_000

@@ -39,6 +39,9 @@ def ignore_message(*_: Any) -> None:
     """The callback rclpy requires of a polled subscription; no executor ever calls it."""
 
 
+_CHANGE_FIELDS: dict[type, tuple[str, ...]] = {}  # an event status type -> its counts of changes since the last take
+
+
 def take_event(handler: EventHandler):
     """The handler's event status if it changed since the last take, else None (rclpy takes events only
     for a handler its executor found ready; its handle is not public in rclpy 9)."""
@@ -48,7 +51,9 @@ def take_event(handler: EventHandler):
             status = event.take_event()
     except InvalidHandle:
         return None
-    changes = [name for name in dir(status) if name.endswith("_change")]
+    changes = _CHANGE_FIELDS.get(type(status))
+    if changes is None:  # e.g. total_count_change, current_count_change
+        changes = _CHANGE_FIELDS.setdefault(type(status), tuple(n for n in dir(status) if n.endswith("_change")))
     return status if any(getattr(status, name) for name in changes) else None
 
 

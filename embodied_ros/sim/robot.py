@@ -9,6 +9,7 @@ state. Used live by `nodes/synthetic.py` (targets: the controller's commands) an
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -66,11 +67,7 @@ def render_view(view: int, positions: np.ndarray, size: tuple[int, int]) -> np.n
     if positions.size == 0:
         positions = np.zeros(1)
     height, width = size
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    image = np.empty((height, width, 3), np.float32)
-    image[..., 0] = 40 + 60 * x / width + 20 * view
-    image[..., 1] = 50 + 80 * y / height
-    image[..., 2] = 90 - 30 * view
+    image = _background(view, height, width).copy()
     angles = np.cumsum(positions[1:4]) + positions[0] * 0.5 * (1 if view % 2 == 0 else -1)
     link = 0.27 * min(height, width)
     joint = np.array([width * (0.5 + 0.1 * view), height * 0.85], np.float32)
@@ -78,11 +75,39 @@ def render_view(view: int, positions: np.ndarray, size: tuple[int, int]) -> np.n
     for k, angle in enumerate(angles):
         tip = joint + link * np.array([np.sin(angle), -np.cos(angle)], np.float32)
         seg = tip - joint
+        rows, cols, y, x = _pixels_near(np.minimum(joint, tip), np.maximum(joint, tip), thickness, height, width)
         t = np.clip(((x - joint[0]) * seg[0] + (y - joint[1]) * seg[1]) / max(float(seg @ seg), 1e-6), 0, 1)
         dist = np.hypot(x - joint[0] - t * seg[0], y - joint[1] - t * seg[1])
-        image[dist < thickness] = (220 - 50 * k, 200, 60 + 60 * k)
+        image[rows, cols][dist < thickness] = (220 - 50 * k, 200, 60 + 60 * k)
         joint = tip
     grip = positions[6] if positions.size > 6 else 0.5
     radius = thickness * (1.0 + 2.0 * float(np.clip(grip, 0, 1)))
-    image[np.hypot(x - joint[0], y - joint[1]) < radius] = (230, 40, 40)
-    return np.clip(image, 0, 255).astype(np.uint8)
+    rows, cols, y, x = _pixels_near(joint, joint, radius, height, width)
+    image[rows, cols][np.hypot(x - joint[0], y - joint[1]) < radius] = (230, 40, 40)
+    return image
+
+
+@functools.lru_cache(maxsize=32)
+def _background(view: int, height: int, width: int) -> np.ndarray:
+    """The view's picture without the arm (never written: `render_view` draws on a copy)."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    image = np.empty((height, width, 3), np.float32)
+    image[..., 0] = 40 + 60 * x / width + 20 * view
+    image[..., 1] = 50 + 80 * y / height
+    image[..., 2] = 90 - 30 * view
+    background = np.clip(image, 0, 255).astype(np.uint8)
+    background.flags.writeable = False
+    return background
+
+
+def _pixels_near(low: np.ndarray, high: np.ndarray, margin: float, height: int, width: int):
+    """The window of pixels within `margin` of the box [low, high] (x, y): its row and column slices and
+    the pixels' y and x coordinates. Only pixels there can lie within `margin` of a shape inside the box."""
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        return slice(0, 0), slice(0, 0), np.zeros((0, 0), np.float32), np.zeros((0, 0), np.float32)
+    x0, y0 = (int(np.clip(np.floor(v - margin), 0, limit)) for v, limit in zip(low, (width, height)))
+    x1, y1 = (int(np.clip(np.ceil(v + margin) + 1, start, limit))
+              for v, start, limit in zip(high, (x0, y0), (width, height)))
+    rows, cols = slice(y0, y1), slice(x0, x1)
+    y, x = np.mgrid[rows, cols].astype(np.float32)
+    return rows, cols, y, x
