@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import yaml
-from rclpy.executors import SingleThreadedExecutor
+from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -166,7 +166,9 @@ def main(args=None) -> None:
     make_robot = robot_from_arguments(argv)
     with stopped_by_signals(argv):
         node = make_robot()
-        executor = SingleThreadedExecutor()
+        # rclpy's C++ executor: a third less CPU than SingleThreadedExecutor's Python per timer and message
+        # (14 -> 9-10% of a core for a pi05_small robot), on the cores the model computes on
+        executor = EventsExecutor()
         executor.add_node(node)
         try:
             spin_until_stopped(executor)
