@@ -55,9 +55,9 @@ def test_monitor_counts_a_hold_once_however_its_age_grows():
         for message in ["streaming", "holding: " + STALE.format(510), "holding: " + STALE.format(1510), "streaming",
                         "holding: " + STALE.format(520)]:
             monitor._on_diagnostics(DiagnosticArray(status=[DiagnosticStatus(name="/controller: controller",
-                                                                              message=message)]))
+                                                                              message=message)]), 0, 0)
         monitor._on_diagnostics(DiagnosticArray(status=[DiagnosticStatus(
-            name="/observation: observation", level=DiagnosticStatus.ERROR, message="camera wrist: no message")]))
+            name="/observation: observation", level=DiagnosticStatus.ERROR, message="camera wrist: no message")]), 0, 0)
         assert dict(monitor.hold_reasons) == {reason_kind(STALE.format(0)): 2}
         assert monitor.input_problem == "camera wrist: no message"
         monitor.destroy_node()
@@ -97,7 +97,7 @@ def test_a_dry_run_is_watched_on_the_preview_topic_and_refused_chunks_are_counte
         refused = "holding: action chunk starts {} away from the joint state on elbow (max_jump 0.05)"
         for message in [refused.format(0.31), refused.format(0.42), "streaming", refused.format(0.2)]:
             monitor._on_diagnostics(DiagnosticArray(status=[DiagnosticStatus(name="/controller: controller",
-                                                                              message=message)]))
+                                                                              message=message)]), 0, 0)
         assert dict(monitor.hold_reasons) == {
             "action chunk starts N away from the joint state on elbow (max_jump N)": 2}
         monitor.destroy_node()

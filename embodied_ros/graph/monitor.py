@@ -1,5 +1,10 @@
 """Watches a running graph from outside: stage timings, controller diagnostics, the command stream.
-Feeds the live summary and the final report of `embodied-ros up` (and the latency tests)."""
+Feeds the live summary and the final report of `embodied-ros up` (and the latency tests).
+
+It takes what came ten times a second, not a callback per message: in `up` it shares the graph's
+process, and a wake of its interpreter for each of the controller's 50 commands a second would
+compete with the stages for the interpreter and the cores. Arrival times are the middleware's
+reception stamps, so the command stream's timing does not depend on when the messages are taken."""
 
 from __future__ import annotations
 
@@ -9,15 +14,20 @@ from collections import Counter, defaultdict
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from embodied_ros.node_infra.node_table import NODE_NAMES
+from embodied_ros.node_infra.polled import PolledGroup, ignore_message, take_all
 from embodied_ros.node_infra.stats import percentiles, reason_kind
 from embodied_ros.node_infra.topics import DIAGNOSTICS, TIMING, command_topic
 from embodied_ros.inputs.stamps import reception_ns, time_to_ns
 from embodied_ros.msg import StageTiming
+
+POLL_PERIOD_S = 0.1
+
 
 class GraphMonitor(Node):
     def __init__(self, command_rate_hz: float, output: str, dry_run: bool = False, **node_kwargs):
@@ -32,24 +42,38 @@ class GraphMonitor(Node):
         self.input_problem = ""  # the observation node's newest complaint about the inputs
         self.inputs_refused = False  # whether that complaint is the observation node's current state
         self.hold_reasons: Counter[str] = Counter()
-        self.create_subscription(StageTiming, TIMING, self._on_timing, 200)
-        self.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diagnostics, 50)
         message_type = JointTrajectory if output == "joint_trajectory" else Float64MultiArray
-        self.create_subscription(message_type, command_topic(output, dry_run), self._on_command, 100)
+        inbox, no_events = PolledGroup(), SubscriptionEventCallbacks(use_default_callbacks=False)
+        self._inbox = []  # (subscription, handler(msg, received wall ns, arrived monotonic ns))
+        for msg_type, topic, depth, handle in ((StageTiming, TIMING, 200, self._on_timing),
+                                               (DiagnosticArray, DIAGNOSTICS, 50, self._on_diagnostics),
+                                               (message_type, command_topic(output, dry_run), 100, self._on_command)):
+            subscription = self.create_subscription(msg_type, topic, ignore_message, depth, callback_group=inbox,
+                                                    event_callbacks=no_events)
+            self._inbox.append((subscription, handle))
+        self.create_timer(POLL_PERIOD_S, self.take_messages)
 
-    def _on_timing(self, msg: StageTiming) -> None:
+    def take_messages(self) -> None:
+        """Hand every message that came since the last call to its handler, with when it arrived
+        (monotonic ns, from the middleware's reception stamp)."""
+        monotonic_minus_wall_ns = time.monotonic_ns() - time.time_ns()
+        for subscription, handle in self._inbox:
+            for msg, info in take_all(subscription):
+                handle(msg, reception_ns(info), reception_ns(info) + monotonic_minus_wall_ns)
+
+    def _on_timing(self, msg: StageTiming, received_ns: int, arrived_ns: int) -> None:
         if msg.sequence > 0:
             with self.lock:
-                self.runs[msg.stage].append((time.monotonic(), msg.compute_ms, msg.staleness_ms))
+                self.runs[msg.stage].append((arrived_ns / 1e9, msg.compute_ms, msg.staleness_ms))
 
-    def _on_command(self, msg, info) -> None:
+    def _on_command(self, msg, received_ns: int, arrived_ns: int) -> None:
         with self.lock:
-            self.command_arrivals.append(time.monotonic_ns())
-            self.command_receptions.append(reception_ns(info))
+            self.command_arrivals.append(arrived_ns)
+            self.command_receptions.append(received_ns)
             if isinstance(msg, JointTrajectory):
                 self.command_stamps.append(time_to_ns(msg.header.stamp))
 
-    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+    def _on_diagnostics(self, msg: DiagnosticArray, received_ns: int, arrived_ns: int) -> None:
         for status in msg.status:
             if status.name.endswith(": controller"):
                 with self.lock:

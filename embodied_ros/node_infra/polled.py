@@ -57,18 +57,24 @@ def take_event(handler: EventHandler):
     return status if any(getattr(status, name) for name in changes) else None
 
 
-def take_newest(subscription: Subscription):
-    """The newest message waiting in `subscription`'s queue (older ones are dropped), or None."""
-    newest = None
+def take_all(subscription: Subscription) -> list[tuple[Any, dict]]:
+    """Every message waiting in `subscription`'s queue, oldest first, each with its MessageInfo."""
+    taken = []
     while True:
         try:
             with subscription.handle:
-                taken = subscription.handle.take_message(subscription.msg_type, subscription.raw)
+                message = subscription.handle.take_message(subscription.msg_type, subscription.raw)
         except InvalidHandle:  # destroyed (the node is shutting down)
-            return newest
-        if taken is None:
-            return newest
-        newest = taken[0]
+            return taken
+        if message is None:
+            return taken
+        taken.append(message)
+
+
+def take_newest(subscription: Subscription):
+    """The newest message waiting in `subscription`'s queue (older ones are dropped), or None."""
+    taken = take_all(subscription)
+    return taken[-1][0] if taken else None
 
 
 class PolledSubscription:
