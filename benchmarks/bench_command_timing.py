@@ -20,7 +20,9 @@ graph's process). For each config, every variant runs `embodied-ros up --compose
 same machine load. This process times each stage's call on its own (median of --repeats chunks,
 `embodied_ros.pipeline.timing`, the calls `bench_pi05.py` times) before the graphs run and again
 after them, and gives each in-graph stage's compute p50 as a ratio of the mean of the two: on a
-shared machine the same call's time drifts by 20-50% within minutes, and both are printed.
+shared machine the same call's time drifts by 20-50% within minutes, and both are printed. It
+does so twice: back to back (bench_pi05.py's way) and paced, one chunk per step period, as the
+graph calls them.
 
 Period error is |interval - 20 ms| between consecutive commands: "tick" from the controller's
 send stamps, "arrival" from when the monitor of `up` received them (stamped by the middleware).
@@ -101,29 +103,34 @@ def run_graph(config_path: Path, bundle: Path | None, overrides: dict[str, str],
     return json.loads(report.read_text())
 
 
-def standalone_stages(config_path: Path, bundle: Path | None, repeats: int) -> dict[str, float]:
+def standalone_stages(config_path: Path, bundle: Path | None, repeats: int) -> dict[str, dict[str, float]]:
+    """Each stage's call timed alone: back to back (as bench_pi05.py) and one chunk per step period (as the graph)."""
     from embodied_ros.node_infra.config import load_config
     from embodied_ros.nodes.runtime_cache import acquire_runtime
     from embodied_ros.pipeline.timing import stage_times_ms
 
     config = load_config(config_path, {"bundle": str(bundle)} if bundle is not None else {})
-    return stage_times_ms(acquire_runtime(config), repeats)
+    runtime = acquire_runtime(config)
+    return {"back_to_back": stage_times_ms(runtime, repeats),
+            "paced": stage_times_ms(runtime, repeats, period_s=config.schedule.step_period_s)}
 
 
-def row_of(name: str, variant: str, report: dict, before: dict[str, float], after: dict[str, float]) -> dict:
+def row_of(name: str, variant: str, report: dict, before: dict, after: dict) -> dict:
     commands, stages = report["commands"], report["stages"]
     row = {"config": name, "variant": variant, "commands": int(commands["commands"]),
            "rate_hz": round(commands["rate_hz"], 2)}
     for source in ("tick", "arrival"):
         for q in ("p50", "p99"):
             row[f"{source}_err_{q}_ms"] = round(commands[f"{source}_period_error_ms_{q}"], 3)
-    for stage in before:
+    for stage in before["back_to_back"]:
         in_graph = stages.get(stage, {}).get("compute_ms_p50", float("nan"))
-        alone_ms = (before[stage] + after[stage]) / 2
         row[f"{stage}_ms"] = round(in_graph, 2)
-        row[f"{stage}_alone_ms"] = round(alone_ms, 2)
-        row[f"{stage}_alone_before_after_ms"] = f"{before[stage]:.2f}/{after[stage]:.2f}"
-        row[f"{stage}_ratio"] = round(in_graph / alone_ms, 3) if alone_ms > 0 else float("nan")
+        for pacing, label in (("back_to_back", ""), ("paced", "_paced")):
+            first, last = before[pacing][stage], after[pacing][stage]
+            alone_ms = (first + last) / 2
+            row[f"{stage}{label}_alone_ms"] = round(alone_ms, 2)
+            row[f"{stage}{label}_alone_before_after_ms"] = f"{first:.2f}/{last:.2f}"
+            row[f"{stage}{label}_ratio"] = round(in_graph / alone_ms, 3) if alone_ms > 0 else float("nan")
     row["holds"] = sum(report["hold_reasons"].values())
     return row
 
@@ -151,7 +158,7 @@ def main(argv=None) -> int:
             print(json.dumps(rows[-1]), flush=True)
     columns = ["config", "variant", "commands", "rate_hz", "tick_err_p50_ms", "tick_err_p99_ms",
                "arrival_err_p50_ms", "arrival_err_p99_ms", "action_ms", "action_alone_before_after_ms", "action_ratio",
-               "holds"]
+               "action_paced_alone_before_after_ms", "action_paced_ratio", "holds"]
     table = common.markdown_table(rows, columns)
     print(table)
     if not args.no_write:
@@ -164,8 +171,11 @@ def main(argv=None) -> int:
 NOTE = ("Period error: |interval - 20 ms| between consecutive commands, from the controller's send stamps "
         "(tick) and from their reception by `up`'s monitor (arrival), over the whole run after start-up. "
         "action_ms: the action stage's compute p50 inside the graph; action_alone_before_after_ms: the same "
-        "call timed alone in one thread (median of the repeats) before and after the graphs ran; ratio = in "
-        "graph / the mean of the two. Variants: default (the shipped "
+        "call timed alone in one thread (median of the repeats) before and after the graphs ran, back to back "
+        "as bench_pi05.py times it; ratio = in graph / the mean of the two. action_paced_*: the same, one chunk "
+        "per step period (schedule.step_period_s) with the core idle in between, as the graph runs it: after "
+        "each pause the caches (and in a VM the core's clock) are cold, which small models feel most. "
+        "Variants: default (the shipped "
         "config: controller.own_process true, controller.realtime_priority 50, compute.stage_turns true, "
         "compute.stage_nice 5); each other variant undoes one of these: stages_at_once (stage_turns false), "
         "stage_nice_0, no_realtime (realtime_priority 0), shared (own_process false). "

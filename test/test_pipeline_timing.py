@@ -39,3 +39,12 @@ def test_a_failing_stage_raises_on_the_callers_thread():
 
     with pytest.raises(RuntimeError, match="no such camera"):
         stage_times_ms(_Broken(), repeats=1)
+
+
+def test_paced_chunks_start_one_period_apart_and_time_only_the_calls():
+    runtime = _SlowAct()
+    started = time.perf_counter()
+    times = stage_times_ms(runtime, repeats=4, period_s=0.1)
+    elapsed = time.perf_counter() - started
+    assert 0.3 <= elapsed < 1.0  # three periods between four chunks (plus the last chunk), not back to back
+    assert 20.0 <= times["action"] < 100.0  # the pause is not part of any stage's time

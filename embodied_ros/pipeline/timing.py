@@ -24,10 +24,17 @@ def sample_observation(runtime: Runtime, seed: int = 0) -> Observation:
     return Observation(stamp_ns=time.time_ns(), images=images, state=state, instruction="pick up the red cube")
 
 
-def stage_times_ms(runtime: Runtime, repeats: int = 5, observation: Observation | None = None) -> dict[str, float]:
+def stage_times_ms(runtime: Runtime, repeats: int = 5, observation: Observation | None = None,
+                   period_s: float = 0.0) -> dict[str, float]:
     """Median wall time (ms) of each stage's call over `repeats` chunks, run one after another on a
     thread of their own (as a graph stage runs on its executor's thread), keyed by the graph's node
     names; models without a world model have no "world".
+
+    `period_s` 0 runs the chunks back to back, as `bench_pi05.py` does; otherwise each chunk starts
+    `period_s` after the one before, the core idle in between, as a graph's step does. Paced that
+    way the same calls cost more: after the pause the caches (and, in a VM, the core's clock) are
+    cold, and small models feel it most (pi0_tiny's action 1.8 ms back to back, 3.2 ms one chunk
+    every 90 ms, on the 2-core development machine).
 
     Not on the calling thread: with numba's OpenMP threading layer, the same calls from the main
     thread of a loaded 2-core machine took 5-10x as long as from any other thread."""
@@ -36,7 +43,7 @@ def stage_times_ms(runtime: Runtime, repeats: int = 5, observation: Observation 
 
     def timed() -> None:
         try:
-            outcome["runs"] = _time_stages(runtime, repeats, observation)
+            outcome["runs"] = _time_stages(runtime, repeats, observation, period_s)
         except BaseException as error:  # re-raised on the caller's thread
             outcome["error"] = error
 
@@ -48,13 +55,18 @@ def stage_times_ms(runtime: Runtime, repeats: int = 5, observation: Observation 
     return {stage: float(np.median(values)) for stage, values in outcome["runs"].items()}
 
 
-def _time_stages(runtime: Runtime, repeats: int, observation: Observation) -> dict[str, list[float]]:
+def _time_stages(runtime: Runtime, repeats: int, observation: Observation,
+                 period_s: float) -> dict[str, list[float]]:
     spec = runtime.spec
     runs: dict[str, list[float]] = {stage: [] for stage in GRAPH_STAGES}
     # one world episode across the repeats: its chunks after the first are fed back, as in a graph
     episode = runtime.world_episode() if spec.has_world_model else None
     world_noise = np.zeros(spec.world_noise_shape, np.float32) if spec.has_world_model else None
+    next_start = time.perf_counter()
     for _ in range(repeats):
+        if period_s > 0:
+            time.sleep(max(0.0, next_start - time.perf_counter()))
+            next_start = max(next_start + period_s, time.perf_counter())
         start = time.perf_counter()
         embeddings = runtime.encode(observation)
         encoded = time.perf_counter()
