@@ -23,7 +23,9 @@ class PolledGroup(CallbackGroup):
     """Executors wait on nothing of this group: its subscriptions and their event handlers are polled.
 
     Event handlers too: with Fast DDS a subscription's events make the wait set ready while the
-    subscription holds a message nobody took, so an executor waiting on them would spin."""
+    subscription holds a message nobody took, so an executor waiting on them would spin. Only
+    rclpy's Python executors ask a group; its EventsExecutor takes every subscription's messages
+    itself, so a node with polled subscriptions is spun by a SingleThreadedExecutor."""
 
     def can_execute(self, entity) -> bool:
         return False
