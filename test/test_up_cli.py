@@ -37,7 +37,8 @@ def test_up_runs_and_reports(tmp_path_factory, tmp_path, layout):
 
 
 @pytest.mark.parametrize("presses", [1, 2])
-def test_ctrl_c_stops_up_cleanly_with_its_report(tmp_path_factory, tmp_path, presses):
+def test_ctrl_c_stops_up_cleanly_with_its_report_even_started_with_sigint_ignored(tmp_path_factory, tmp_path, presses):
+    """SIGINT ignored as a shell gives its background jobs: `kill -INT` must still stop `up`."""
     import signal
     import time
 
@@ -46,7 +47,7 @@ def test_ctrl_c_stops_up_cleanly_with_its_report(tmp_path_factory, tmp_path, pre
                "--domain-id", str(next_domain())]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path,
-                               env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.monotonic() + 120
         lines = []

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
+import threading
 
 import embodied_ros
 
@@ -51,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "_run"):
         parser.print_help()
         return 2
+    if threading.current_thread() is threading.main_thread():
+        # SIGINT stops a command as Ctrl-C does even when its parent started it with SIGINT ignored
+        # (a shell's background job, some CI runners): `kill -INT` must still end `up` cleanly
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
