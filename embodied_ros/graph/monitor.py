@@ -59,7 +59,8 @@ class GraphMonitor(Node):
         monotonic_minus_wall_ns = time.monotonic_ns() - time.time_ns()
         for subscription, handle in self._inbox:
             for msg, info in take_all(subscription):
-                handle(msg, reception_ns(info), reception_ns(info) + monotonic_minus_wall_ns)
+                received_ns = reception_ns(info)
+                handle(msg, received_ns, received_ns + monotonic_minus_wall_ns)
 
     def _on_timing(self, msg: StageTiming, received_ns: int, arrived_ns: int) -> None:
         if msg.sequence > 0:

@@ -13,7 +13,7 @@ import time
 from typing import Iterable
 
 import rclpy
-from rclpy.executors import SingleThreadedExecutor
+from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
@@ -91,7 +91,7 @@ def _end_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def spin_until_stopped(executor: SingleThreadedExecutor) -> None:
+def spin_until_stopped(executor: Executor) -> None:
     """Spin in the main thread of a process under `stopped_by_signals` until SIGINT or SIGTERM."""
     _POLLED.set()
     try:
