@@ -205,7 +205,7 @@ def test_up_on_the_pi0_config_publishes_action_chunks(tmp_path):
 
     report_path = tmp_path / "report.json"
     command = [sys.executable, "-m", "embodied_ros.cli.main", "up", str(ROOT / "config" / "pi0.yaml"), "--duration",
-               "3", "--composed", "--domain-id", str(next_domain()), "--report-json", str(report_path)]
+               "6", "--composed", "--domain-id", str(next_domain()), "--report-json", str(report_path)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
