@@ -71,6 +71,15 @@ def test_vector_product_row_tiles_and_blocks(rows):
     for weight, dense in cases:
         expected = x.astype(np.float64) @ dense.astype(np.float64).T + bias
         np.testing.assert_allclose(gemm.matmul(x, weight, bias), expected, rtol=1e-4, atol=1e-4)
+    # rows contiguous: small products with a packed weight take their arrays straight to the kernel,
+    # with a bundle's read-only bias, a writeable one or none
+    contiguous = np.ascontiguousarray(x)
+    read_only = bias.copy()
+    read_only.flags.writeable = False
+    for b in (bias, read_only, None):
+        expected = contiguous.astype(np.float64) @ w.astype(np.float64).T + (0 if b is None else b)
+        np.testing.assert_allclose(gemm.matmul(contiguous, gemm.pack_weight(w), b), expected, rtol=1e-4, atol=1e-4)
+    assert bias.flags.writeable  # the caller's bias is left as it was
 
 
 def test_vector_attention_head_layouts_and_key_parts():

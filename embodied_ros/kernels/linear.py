@@ -139,6 +139,10 @@ def linear(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.
 @kernel("linear", "numba")
 def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.ndarray:
     _check_shapes(x, weight)
+    if type(weight) is PackedWeight:  # the most frequent: every float32 matrix where the vector product runs
+        if x.ndim == 2:
+            return gemm.matmul(x, weight, bias)
+        return gemm.matmul(x.reshape(-1, weight.shape[1]), weight, bias).reshape(*x.shape[:-1], weight.shape[0])
     if isinstance(weight, Bf16Weight):
         return linear_bf16_numba(x, weight, bias)
     if isinstance(weight, Q8Weight):

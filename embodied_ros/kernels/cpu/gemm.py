@@ -52,6 +52,8 @@ KINDS = {"f32": 0, "q8_0": 1, "q4_k": 2, "bf16": 3, "f16": 4}
 _NO_FLOATS = np.zeros((0, 0), np.float32)
 _NO_PANELS = np.zeros((0, 0, PANEL), np.float32)
 _NO_BIAS = np.zeros(0, np.float32)
+_NO_BIAS.flags.writeable = False  # as a bundle's biases are: the products compile for read-only ones
+_NO_TABLE = np.zeros(0, np.float32)  # the f16 table, for products that decode nothing
 ZERO_BIAS = np.zeros(PANEL, np.float32)
 _local = threading.local()
 
@@ -265,6 +267,17 @@ def _product_serial(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, p
              0, (n_out + PANEL - 1) // PANEL, blocks[0], decoded[0], scratch[0])
 
 
+@jit()
+def _packed_product_serial(x, panels, bias, y, blocks, decoded, scratch):  # pragma: no cover - compiled
+    """_product_serial for a weight packed once and a C-contiguous x, taking the arrays: their
+    addresses are read here, where Python's `.ctypes.data` reads of three arrays cost more than a
+    small product itself. bias: [out] read-only, or empty for none."""
+    n_out = y.shape[1]
+    _product(x.ctypes.data, x.shape[0], x.shape[1], x.shape[1], 0, 0, 0, n_out, panels,
+             bias.ctypes.data if bias.shape[0] else 0, y.ctypes.data, n_out, _NO_TABLE, 0, (n_out + PANEL - 1) // PANEL,
+             blocks[0], decoded[0], scratch[0])
+
+
 @dataclass(frozen=True, eq=False)
 class PackedWeight:
     """A float32 weight [out, in] stored once as the panels the product reads, [>= out / 32, in, 32]
@@ -298,19 +311,29 @@ def pack_weight(weight: np.ndarray) -> PackedWeight:
 def _buffers(workers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-thread packing block, decode rows and partial-panel tile, kept between calls (first
     touches of fresh pages would cost more than small products)."""
-    cached = getattr(_local, "buffers", None)
-    if cached is None or cached[0].shape[0] < workers:
-        cached = _local.buffers = (np.zeros((workers, PANEL_BLOCK, DEPTH_BLOCK, PANEL), np.float32),
-                                   np.zeros((workers, PANEL, DECODE_STEP), np.float32),
-                                   np.zeros((workers, MAX_ROWS, PANEL), np.float32))
-    return tuple(buffer[:workers] for buffer in cached)
+    views = getattr(_local, "views", None)
+    if views is None:
+        views = _local.views = {}
+    if workers not in views:
+        cached = getattr(_local, "buffers", None)
+        if cached is None or cached[0].shape[0] < workers:
+            cached = _local.buffers = (np.zeros((workers, PANEL_BLOCK, DEPTH_BLOCK, PANEL), np.float32),
+                                       np.zeros((workers, PANEL, DECODE_STEP), np.float32),
+                                       np.zeros((workers, MAX_ROWS, PANEL), np.float32))
+            views.clear()
+        views[workers] = tuple(buffer[:workers] for buffer in cached)
+    return views[workers]
 
 
 def matmul(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
     """x [N, in] (rows may be strided, features contiguous) @ weight^T + bias -> [N, out] float32.
     weight: PackedWeight, float32 or float16 [out, in] array, or a 2-D QuantTensor (q8_0, q4_k, bf16)."""
-    x = _rows_view(x)
     n_out, n_in = weight.shape
+    if type(weight) is PackedWeight and _plain_rows(x) and 0 < x.shape[0] * n_in * n_out < PARALLEL_MIN_MACS:
+        y = np.empty((x.shape[0], n_out), np.float32)
+        _packed_product_serial(x, weight.panels, _read_only_bias(bias), y, *_buffers(1))
+        return y
+    x = _rows_view(x)
     y = np.empty((x.shape[0], n_out), np.float32)
     if x.shape[0] == 0:
         if bias is not None:
@@ -335,6 +358,25 @@ def matmul(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
     run(x.ctypes.data, x.shape[0], n_in, x.strides[0] // 4, kind, w.ctypes.data, w_stride, n_out, packed,
         bias.ctypes.data if bias.size else 0, y.ctypes.data, n_out, F16_TO_F32, *_buffers(workers))
     return y
+
+
+def _plain_rows(x: np.ndarray) -> bool:
+    """x is the one array type `_packed_product_serial` is compiled for: 2-D float32, C-contiguous, writeable."""
+    if x.dtype != np.float32 or x.ndim != 2:
+        return False
+    flags = x.flags
+    return flags.c_contiguous and flags.writeable
+
+
+def _read_only_bias(bias: np.ndarray | None) -> np.ndarray:
+    if bias is None:
+        return _NO_BIAS
+    if bias.dtype != np.float32 or bias.ndim != 1 or not bias.flags.c_contiguous:
+        bias = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1)
+    if bias.flags.writeable:
+        bias = bias.view()
+        bias.flags.writeable = False
+    return bias
 
 
 def _rows_view(a: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 
 from embodied_ros.kernels.cpu.gemm import MAX_ROWS, ZERO_BIAS, tile_rows
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_MACS, jit
-from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL, floats_at, transpose16
+from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL, address, floats_at, transpose16
 from embodied_ros.kernels.cpu.vector_math import exp_f32
 
 _local = threading.local()
@@ -229,11 +229,11 @@ def attend(q: np.ndarray, keys: tuple[np.ndarray, np.ndarray], values: tuple[np.
     if 2 * n_kv * q_rows.shape[1] * n_keys * width < PARALLEL_MIN_MACS:  # scores and weighted sum
         workers = 1
     parts = np.array([_part_layout(part) for part in (*keys, *values)], np.int64)
-    bias_layout = np.array([bias.ctypes.data, bias.shape[0], bias.strides[0] // 4] if bias.size else [0, 0, 0],
+    bias_layout = np.array([address(bias), bias.shape[0], bias.strides[0] // 4] if bias.size else [0, 0, 0],
                            np.int64)
     run = _attention if workers > 1 else _attention_serial
     run(_rows_layout(q_rows), _rows_layout(out_rows), n_kv, q_rows.shape[1], width, parts, bias_layout,
-        key_bias.ctypes.data if key_bias.size else 0, np.float32(width ** -0.5), group, *_buffers(workers, n_keys, width))
+        address(key_bias) if key_bias.size else 0, np.float32(width ** -0.5), group, *_buffers(workers, n_keys, width))
     if n_kv == 1 or group == 1:
         return out
     return out_rows.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
@@ -241,9 +241,9 @@ def attend(q: np.ndarray, keys: tuple[np.ndarray, np.ndarray], values: tuple[np.
 
 def _rows_layout(a: np.ndarray) -> np.ndarray:
     """[heads, rows, d] float32, features contiguous -> (address, head stride, row stride) in floats."""
-    return np.array([a.ctypes.data, a.strides[0] // 4, a.strides[1] // 4], np.int64)
+    return np.array([address(a), a.strides[0] // 4, a.strides[1] // 4], np.int64)
 
 
 def _part_layout(a: np.ndarray) -> tuple[int, int, int, int]:
     """[rows, heads, d] float32, features contiguous -> (address, rows, row stride, head stride)."""
-    return a.ctypes.data, a.shape[0], a.strides[0] // 4, a.strides[1] // 4
+    return address(a), a.shape[0], a.strides[0] // 4, a.strides[1] // 4

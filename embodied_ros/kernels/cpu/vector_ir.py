@@ -199,6 +199,13 @@ def floats_at(addr, rows, stride, cols):  # pragma: no cover - compiled
     return numba.carray(_float_pointer(addr), (rows, stride))[:, :cols]
 
 
+@jit()
+def address(a):  # pragma: no cover - compiled
+    """An array's data address, read from Python: 0.2 us, where `a.ctypes.data` takes 1.2 (a small
+    attention reads eight). Compiled once per array type, at warm-up for the types a model hands over."""
+    return a.ctypes.data
+
+
 @jit(inline="always")
 def bytes_at(addr, rows, stride):  # pragma: no cover - compiled
     """uint8 [rows, stride] at addr, as an array view."""
