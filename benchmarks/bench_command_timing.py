@@ -4,7 +4,7 @@ stream on time undone in turn.
 
     python benchmarks/bench_command_timing.py [--duration 30] [--configs pi05_tiny,pi05_small,lingbot_va,pi0_tiny,smolvla_tiny,groot_tiny]
                                               [--variants default,stages_at_once,stage_nice_0,no_realtime,shared]
-                                              [--repeats 5]
+                                              [--repeats 15] [--cycles 3]
                                               [--workdir /tmp/bench_command_timing] [--no-write]
 
 Configs: pi05_tiny (config/pi05.yaml, its bundle bundles/pi05_tiny.gguf), pi05_small (config/pi05.yaml
@@ -17,16 +17,19 @@ false), stage_nice_0 (the stages at the graph's priority), no_realtime
 (controller.realtime_priority 0) and shared (controller.own_process false: the controller in the
 graph's process). For each config, every variant runs `embodied-ros up --composed` for
 --duration seconds (each in a fresh process and ROS domain), one after the other, so they see the
-same machine load. This process times each stage's call on its own (median of --repeats chunks,
-`embodied_ros.pipeline.timing`, the calls `bench_pi05.py` times) before the graphs run and again
-after them, and gives each in-graph stage's compute p50 as a ratio of the mean of the two: on a
-shared machine the same call's time drifts by 20-50% within minutes, and both are printed. It
-does so twice: back to back (bench_pi05.py's way) and paced, one chunk per step period, as the
-graph calls them.
+same machine load, and that --cycles times. This process times each stage's call on its own
+(median of --repeats chunks, `embodied_ros.pipeline.timing`, the calls `bench_pi05.py` times)
+before the first cycle and after each, and gives each run's in-graph compute p50 as a ratio of
+the mean of the alone times either side of its cycle: on a shared machine the same call's time
+drifts by 20-50% within a minute, so one pair of alone timings around all the runs gave ratios
+that moved by 0.3 from one run of the benchmark to the next. A row gives the median of its
+cycles' ratios, each cycle's ratio and every alone time. It times the calls alone twice: back to
+back (bench_pi05.py's way) and paced, one chunk per step period, as the graph calls them.
 
 Period error is |interval - 20 ms| between consecutive commands: "tick" from the controller's
 send stamps, "arrival" from when the monitor of `up` received them (stamped by the middleware).
-The last line printed is one JSON object with every number.
+A row's period errors are the worst of its cycles' (each a --duration run's p99). The last line
+printed is one JSON object with every number.
 """
 from __future__ import annotations
 
@@ -37,6 +40,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
@@ -63,6 +68,7 @@ def parse_args(argv=None):
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--repeats", type=int, default=15, help="chunks timed per stage outside the graph")
+    parser.add_argument("--cycles", type=int, default=3, help="runs of each variant, the stages timed alone between")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_command_timing"))
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
@@ -72,8 +78,8 @@ def parse_args(argv=None):
         parser.error(f"--configs takes {', '.join(CONFIGS)}; got {args.configs}")
     if not args.variants or set(args.variants) - set(VARIANTS):
         parser.error(f"--variants takes {', '.join(VARIANTS)}; got {args.variants}")
-    if args.duration < 5 or args.repeats < 1:
-        parser.error("--duration must be >= 5 s and --repeats >= 1")
+    if args.duration < 5 or args.repeats < 1 or args.cycles < 1:
+        parser.error("--duration must be >= 5 s, --repeats and --cycles >= 1")
     return args
 
 
@@ -115,23 +121,24 @@ def standalone_stages(config_path: Path, bundle: Path | None, repeats: int) -> d
             "paced": stage_times_ms(runtime, repeats, period_s=config.schedule.step_period_s)}
 
 
-def row_of(name: str, variant: str, report: dict, before: dict, after: dict) -> dict:
-    commands, stages = report["commands"], report["stages"]
-    row = {"config": name, "variant": variant, "commands": int(commands["commands"]),
-           "rate_hz": round(commands["rate_hz"], 2)}
+def row_of(name: str, variant: str, reports: list[dict], alone: list[dict]) -> dict:
+    """One config and variant over its cycles: reports[i] ran between alone[i] and alone[i + 1]."""
+    commands = [report["commands"] for report in reports]
+    row = {"config": name, "variant": variant, "commands": sum(int(c["commands"]) for c in commands),
+           "rate_hz": round(float(np.median([c["rate_hz"] for c in commands])), 2)}
     for source in ("tick", "arrival"):
         for q in ("p50", "p99"):
-            row[f"{source}_err_{q}_ms"] = round(commands[f"{source}_period_error_ms_{q}"], 3)
-    for stage in before["back_to_back"]:
-        in_graph = stages.get(stage, {}).get("compute_ms_p50", float("nan"))
-        row[f"{stage}_ms"] = round(in_graph, 2)
+            row[f"{source}_err_{q}_ms"] = round(max(c[f"{source}_period_error_ms_{q}"] for c in commands), 3)
+    for stage in alone[0]["back_to_back"]:
+        in_graph = [report["stages"].get(stage, {}).get("compute_ms_p50", float("nan")) for report in reports]
+        row[f"{stage}_ms"] = round(float(np.median(in_graph)), 2)
         for pacing, label in (("back_to_back", ""), ("paced", "_paced")):
-            first, last = before[pacing][stage], after[pacing][stage]
-            alone_ms = (first + last) / 2
-            row[f"{stage}{label}_alone_ms"] = round(alone_ms, 2)
-            row[f"{stage}{label}_alone_before_after_ms"] = f"{first:.2f}/{last:.2f}"
-            row[f"{stage}{label}_ratio"] = round(in_graph / alone_ms, 3) if alone_ms > 0 else float("nan")
-    row["holds"] = sum(report["hold_reasons"].values())
+            times = [timing[pacing][stage] for timing in alone]
+            ratios = [graph / ((before + after) / 2) for graph, before, after in zip(in_graph, times, times[1:])]
+            row[f"{stage}{label}_alone_ms"] = "/".join(f"{t:.2f}" for t in times)
+            row[f"{stage}{label}_ratios"] = "/".join(f"{r:.2f}" for r in ratios)
+            row[f"{stage}{label}_ratio"] = round(float(np.median(ratios)), 3)
+    row["holds"] = sum(sum(report["hold_reasons"].values()) for report in reports)
     return row
 
 
@@ -147,34 +154,40 @@ def main(argv=None) -> int:
         config_file, bundle_kind = CONFIGS[name]
         config_path = common.REPO_ROOT / config_file
         bundle = small_bundle(args.workdir) if bundle_kind == "pi05_small" else None
-        before = standalone_stages(config_path, bundle, args.repeats)
-        reports = {}
-        for variant in args.variants:
-            reports[variant] = run_graph(config_path, bundle, VARIANTS[variant], args.duration, domain_id, args.workdir)
-            domain_id += 1
-        after = standalone_stages(config_path, bundle, args.repeats)
-        for variant, report in reports.items():
-            rows.append(row_of(name, variant, report, before, after))
+        alone = [standalone_stages(config_path, bundle, args.repeats)]
+        reports: dict[str, list[dict]] = {variant: [] for variant in args.variants}
+        for _ in range(args.cycles):
+            for variant in args.variants:
+                reports[variant].append(run_graph(config_path, bundle, VARIANTS[variant], args.duration, domain_id,
+                                                  args.workdir))
+                domain_id += 1
+            alone.append(standalone_stages(config_path, bundle, args.repeats))
+        for variant, runs in reports.items():
+            rows.append(row_of(name, variant, runs, alone))
             print(json.dumps(rows[-1]), flush=True)
     columns = ["config", "variant", "commands", "rate_hz", "tick_err_p50_ms", "tick_err_p99_ms",
-               "arrival_err_p50_ms", "arrival_err_p99_ms", "action_ms", "action_alone_before_after_ms", "action_ratio",
-               "action_paced_alone_before_after_ms", "action_paced_ratio", "holds"]
+               "arrival_err_p50_ms", "arrival_err_p99_ms", "action_ms", "action_alone_ms", "action_ratios",
+               "action_ratio", "action_paced_ratios", "action_paced_ratio", "holds"]
     table = common.markdown_table(rows, columns)
     print(table)
     if not args.no_write:
         common.write_section(common.BENCHMARKS_MD, SECTION, table + "\n\n" + NOTE, command=common.command_line(),
                              machine=common.machine_line(machine))
-    print(json.dumps({"machine": machine["cpu_model"], "duration_s": args.duration, "rows": rows}))
+    print(json.dumps({"machine": machine["cpu_model"], "duration_s": args.duration, "cycles": args.cycles,
+                      "rows": rows}))
     return 0
 
 
-NOTE = ("Period error: |interval - 20 ms| between consecutive commands, from the controller's send stamps "
-        "(tick) and from their reception by `up`'s monitor (arrival), over the whole run after start-up. "
-        "action_ms: the action stage's compute p50 inside the graph; action_alone_before_after_ms: the same "
-        "call timed alone in one thread (median of the repeats) before and after the graphs ran, back to back "
-        "as bench_pi05.py times it; ratio = in graph / the mean of the two. action_paced_*: the same, one chunk "
-        "per step period (schedule.step_period_s) with the core idle in between, as the graph runs it: after "
-        "each pause the caches (and in a VM the core's clock) are cold, which small models feel most. "
+NOTE = ("Each config's graph ran --cycles times for --duration seconds, its stages timed alone before the "
+        "first run and after each. Period error: |interval - 20 ms| between consecutive commands, from the "
+        "controller's send stamps (tick) and from their reception by `up`'s monitor (arrival), over a run after "
+        "start-up; a row gives the worst of its runs. action_ms: the action stage's compute p50 inside the graph "
+        "(median over the runs); action_alone_ms: the same call timed alone in one thread (median of the repeats), "
+        "back to back as bench_pi05.py times it, before the first run and after each; action_ratios: each run's "
+        "in-graph time / the mean of the alone times either side of it; action_ratio: their median. "
+        "action_paced_ratios: the same against the call timed one chunk per step period "
+        "(schedule.step_period_s) with the core idle in between, as the graph runs it: after each pause the "
+        "caches (and in a VM the core's clock) are cold, which small models feel most. "
         "Variants: default (the shipped "
         "config: controller.own_process true, controller.realtime_priority 50, compute.stage_turns true, "
         "compute.stage_nice 5); each other variant undoes one of these: stages_at_once (stage_turns false), "
