@@ -116,3 +116,18 @@ def test_every_op_module_is_in_the_registry_table_and_registers_ops():
         registered = {fn.__module__ for by_backend in registry._IMPLEMENTATIONS.values() for fn in by_backend.values()
                       if inspect.getmodule(fn) is module}
         assert registered, f"kernels/{name.replace('.', '/')}.py registers no op"
+
+
+def test_silu_of_large_negative_inputs_gives_the_limit_without_a_warning():
+    """exp(-x) overflows below x = -88 (a random-weight time MLP gets there): the result is the limit,
+    and no RuntimeWarning reaches a node's log."""
+    import warnings
+
+    from embodied_ros.kernels.silu import silu
+    x = np.array([-1000.0, -89.0, -3.0, 0.0, 3.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = silu(x)
+    with np.errstate(over="ignore"):
+        expected = x.astype(np.float64) / (1.0 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-30)

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from embodied_ros.kernels.silu import silu
+
 CAUSAL_FRAMES = 2  # frames of history a 3x3x3 causal conv reads
 
 
@@ -151,10 +153,6 @@ def patchify(video: np.ndarray, p: int = 2) -> np.ndarray:
     return np.ascontiguousarray(grid.transpose(0, 5, 3, 1, 2, 4).reshape(c * p * p, t, h // p, w // p))
 
 
-def _silu(x: np.ndarray) -> np.ndarray:
-    return (x / (np.float32(1.0) + np.exp(-x))).astype(np.float32)
-
-
 def _rms(x: np.ndarray, gamma: np.ndarray) -> np.ndarray:
     """Over channels (axis 0): x / max(|x|, 1e-12) * sqrt(C) * gamma."""
     norm = np.sqrt(np.sum(x * x, axis=0, keepdims=True))
@@ -200,8 +198,8 @@ class _CausalStack:
         return _conv(sliding_window_view(padded, (3, 3, 3), axis=(1, 2, 3)), weight, bias)
 
     def _residual(self, name: str, x: np.ndarray, stream: Stream) -> np.ndarray:
-        y = self._causal_conv(f"{name}.conv1", _silu(_rms(x, self.w[f"{name}.norm1.gamma"])), stream)
-        y = self._causal_conv(f"{name}.conv2", _silu(_rms(y, self.w[f"{name}.norm2.gamma"])), stream)
+        y = self._causal_conv(f"{name}.conv1", silu(_rms(x, self.w[f"{name}.norm1.gamma"])), stream)
+        y = self._causal_conv(f"{name}.conv2", silu(_rms(y, self.w[f"{name}.norm2.gamma"])), stream)
         shortcut = x
         if f"{name}.conv_shortcut.weight" in self.w:
             shortcut = self._causal_conv(f"{name}.conv_shortcut", x, stream)
@@ -290,7 +288,7 @@ class WanVAEEncoder(_CausalStack):
                 x = self._downsample(f"{name}.downsampler", x, temporal, stream)
             x = x + self._avg_down(x_in, dims[i + 1], 2 if temporal else 1, 1 if last else 2)
         x = self._mid_block("encoder.mid_block", x, stream)
-        x = self._causal_conv("encoder.conv_out", _silu(_rms(x, self.w["encoder.norm_out.gamma"])), stream)
+        x = self._causal_conv("encoder.conv_out", silu(_rms(x, self.w["encoder.norm_out.gamma"])), stream)
         return self._causal_conv("quant_conv", x, stream)
 
     def latents(self, video: np.ndarray, stream: Stream) -> np.ndarray:
@@ -376,7 +374,7 @@ class WanVAEDecoder(_CausalStack):
                 temporal = self.cfg.temporal_upsample[i]
                 x = self._upsample(f"{name}.upsampler", x, temporal, stream)
                 x = x + self._dup_up(x_in, dims[i + 1], 2 if temporal else 1, 2, first)
-        x = self._causal_conv("decoder.conv_out", _silu(_rms(x, self.w["decoder.norm_out.gamma"])), stream)
+        x = self._causal_conv("decoder.conv_out", silu(_rms(x, self.w["decoder.norm_out.gamma"])), stream)
         return x
 
     def frames(self, latents: np.ndarray, stream: Stream) -> np.ndarray:

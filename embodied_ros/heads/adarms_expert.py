@@ -25,7 +25,8 @@ import numpy as np
 
 from embodied_ros.backbone import gemma
 from embodied_ros.backbone.prefix_cache import PrefixCache
-from embodied_ros.heads.flow import silu, time_embedding
+from embodied_ros.heads.flow import time_embedding
+from embodied_ros.kernels.silu import silu
 
 if TYPE_CHECKING:
     from embodied_ros.backbone.gemma import GemmaConfig

@@ -63,6 +63,3 @@ def time_embedding(t: float, width: int, min_period: float, max_period: float) -
     angles = (1.0 / period * 2.0 * math.pi) * np.float64(np.float32(t))
     return np.concatenate([np.sin(angles), np.cos(angles)]).astype(np.float32)
 
-
-def silu(x: np.ndarray) -> np.ndarray:
-    return x / (np.float32(1.0) + np.exp(-x))

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from embodied_ros.heads.flow import silu
+from embodied_ros.kernels.silu import silu
 from embodied_ros.kernels import KernelSet
 from embodied_ros.kernels.quant import QuantTensor
 

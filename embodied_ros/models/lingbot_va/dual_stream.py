@@ -27,6 +27,7 @@ import numpy as np
 
 from embodied_ros.backbone.wan_block import (KV, Rope, WanBlockConfig, WanBlockWeights, context_kv,
                                              load_block_weights, wan_block)
+from embodied_ros.kernels.silu import silu
 from embodied_ros.models.lingbot_va.naming import BLOCK_NAMES
 
 VIDEO, ACTION = "video", "action"
@@ -364,10 +365,6 @@ def unpatchify(tokens: np.ndarray, grid: tuple[int, int, int], p: int, channels:
 
 # ---- one transformer call ------------------------------------------------------------------------
 
-def _silu(x: np.ndarray) -> np.ndarray:
-    return (x / (np.float32(1.0) + np.exp(-x))).astype(np.float32)
-
-
 def context(ks, w: DualStreamWeights, prompt_embeds: np.ndarray) -> np.ndarray:
     """text_embedder: prompt embeddings [L, text_dim] (zero rows included) -> [L, D]."""
     hidden = ks.gelu_tanh(ks.linear(np.ascontiguousarray(prompt_embeds, np.float32), w.text_in.weight, w.text_in.bias))
@@ -383,9 +380,9 @@ def conditioning(ks, cfg: DualStreamConfig, cond: Conditioning, frame_timesteps:
                  tokens_per_frame: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-frame timesteps -> per-token temb [S, D] and block modulation input [S, 6, D]."""
     features = np.concatenate([timestep_features(float(t), cfg.freq_dim) for t in frame_timesteps])
-    temb = ks.linear(_silu(ks.linear(features, cond.time_in.weight, cond.time_in.bias)),
+    temb = ks.linear(silu(ks.linear(features, cond.time_in.weight, cond.time_in.bias)),
                      cond.time_out.weight, cond.time_out.bias)
-    proj = ks.linear(_silu(temb), cond.time_proj.weight, cond.time_proj.bias).reshape(-1, 6, cfg.dim)
+    proj = ks.linear(silu(temb), cond.time_proj.weight, cond.time_proj.bias).reshape(-1, 6, cfg.dim)
     return np.repeat(temb, tokens_per_frame, axis=0), np.repeat(proj, tokens_per_frame, axis=0)
 
 
