@@ -110,7 +110,7 @@ def test_a_shutdown_signal_mid_wait_ends_the_thread_without_an_error(capfd):
     rclpy.init(context=context, domain_id=next_domain())
 
     class ShutDownMidWait(SingleThreadedExecutor):
-        def spin_once(self, timeout_sec=None):
+        def spin_until_future_complete(self, future, timeout_sec=None):
             rclpy.shutdown(context=context)
             raise RuntimeError("failed to initialize wait set: the given context is not valid")
 

@@ -1,9 +1,13 @@
-"""An executor spun on its own thread that stops cleanly.
+"""Threads that spin an executor, or call something on a period, and stop cleanly.
 
 rclpy 9.1.2's `Executor.shutdown` destroys its guard condition without waiting for callbacks
 still running, which then fail ("cannot use Destroyable ..."). Here the thread stops spinning
 first (callbacks run inline on it), then the executor shuts down with nothing in flight.
-`spin_until_shutdown` is the one spin loop, for these threads and for a node's own process.
+
+An executor here waits with no timeout: it wakes for work only, and `stop()` wakes it. A wait
+with a timeout costs rclpy a new timer and wait set every time it runs out (0.6-1 ms of CPU a
+wake measured on the 2-core machine): at 20 Hz per executor that was a tenth of a core for the
+six executors of a composed graph, taken from the model.
 """
 
 from __future__ import annotations
@@ -11,65 +15,85 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 import traceback
 from typing import Callable
 
 import rclpy.logging
-
 from rclpy.executors import Executor, ExternalShutdownException
+from rclpy.task import Future
 
 
 class SpinThread:
-    def __init__(self, executor: Executor, name: str):
+    def __init__(self, executor: Executor, name: str, on_exit: Callable[[], None] = lambda: None,
+                 prepare: Callable[[], None] = lambda: None):
+        """`prepare` runs on the thread before it spins; `on_exit` once spinning ends, whether by
+        stop() or the context's shutdown."""
         self.executor = executor
-        self._running = False
+        self.on_exit = on_exit
+        self.prepare = prepare
+        self._stopped: Future = Future()
         self._thread = threading.Thread(target=self._spin, name=name, daemon=True)
 
     def start(self) -> None:
-        self._running = True
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        self._running = False
+        if not self._stopped.done():
+            self._stopped.set_result(None)  # wakes the executor (spin_until_future_complete's done callback)
         if self._thread.is_alive():
             self._thread.join(timeout=timeout_s)
         self.executor.shutdown(timeout_sec=timeout_s)
 
     def _spin(self) -> None:
-        spin_until_shutdown(self.executor, lambda: self._running, self._thread.name)
-
-
-def spin_until_shutdown(executor: Executor, keep_spinning: Callable[[], bool] = lambda: True,
-                        name: str = "main") -> None:
-    """Spin until `keep_spinning()` is false or the executor's context shuts down (Ctrl-C).
-
-    An error while the context goes down or once `keep_spinning()` turned false (a callback
-    publishing through the closed context, the wait set failing, a stop signal that rclpy's C++
-    side turned into a RuntimeError) ends the spin quietly: it is the shutdown, not a failure. A callback that
-    raises otherwise is logged with its traceback and spinning goes on: one callback's bug must
-    not stop every node the executor serves."""
-    logger = rclpy.logging.get_logger("embodied_ros.graph")
-    while keep_spinning() and executor.context.ok():
         try:
-            executor.spin_once(timeout_sec=0.05)
+            self.prepare()
+            spin_until_shutdown(self.executor, self._stopped, self._thread.name)
+        finally:
+            self.on_exit()
+
+
+def spin_until_shutdown(executor: Executor, stopped: Future, name: str) -> None:
+    """Spin until `stopped` is done or the executor's context shuts down (Ctrl-C).
+
+    An error while the context goes down or once `stopped` is done (a callback publishing through
+    the closed context, the wait set failing, a stop signal that rclpy's C++ side turned into a
+    RuntimeError) ends the spin quietly: it is the shutdown, not a failure. A callback that raises
+    otherwise is logged with its traceback and spinning goes on: one callback's bug must not stop
+    every node the executor serves."""
+    logger = rclpy.logging.get_logger("embodied_ros.graph")
+    # rclpy's C++ EventsExecutor (not an Executor subclass) never returns from a wait with no
+    # timeout, even once the future is done; its timed wait costs nothing per wake, unlike the
+    # Python executors' (see above)
+    timeout_s = None if isinstance(executor, Executor) else 3600.0
+    while not stopped.done() and executor.context.ok():
+        try:
+            executor.spin_until_future_complete(stopped, timeout_sec=timeout_s)
         except ExternalShutdownException:
             return
         except Exception:
-            if not executor.context.ok() or not keep_spinning():
+            if not executor.context.ok() or stopped.done():
                 return
             logger.error(f"callback failed on {name}:\n{traceback.format_exc()}", throttle_duration_sec=5.0)
 
 
 class PeriodicThread:
-    """Calls `callback` every `period_s` seconds (monotonic clock) on its own thread until stopped.
+    """Calls `callback` at every `period_s` of the monotonic clock from start() on, on its own
+    thread, until stopped; `prepare` runs first on that thread (e.g. real-time scheduling). The
+    calls keep to that grid: a late call does not delay the next ones, and calls missed by more
+    than a period are dropped, not made up in a burst. A call that raises is logged and the calls
+    go on.
 
     A node's /diagnostics go out this way, not from a timer of its executor: a stage's executor
     thread is busy while the stage computes, and a multi-threaded executor costs rclpy so much
-    Python per callback that on a 2-core machine the command stream lost its rate."""
+    Python per callback that on a 2-core machine the command stream lost its rate. The
+    controller's ticks too (nodes/controller.py)."""
 
-    def __init__(self, period_s: float, callback, name: str):
-        self.period_s = period_s
+    def __init__(self, period_s: float, callback: Callable[[], None], name: str,
+                 prepare: Callable[[], None] = lambda: None):
+        self.period_ns = round(period_s * 1e9)
         self.callback = callback
+        self.prepare = prepare
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
@@ -83,8 +107,18 @@ class PeriodicThread:
             self._thread.join(timeout=timeout_s)
 
     def _loop(self) -> None:
-        while not self._stopped.wait(self.period_s):
-            self.callback()
+        self.prepare()
+        due_ns = time.monotonic_ns() + self.period_ns
+        while not self._stopped.wait(max(0, due_ns - time.monotonic_ns()) / 1e9):
+            try:
+                self.callback()
+            except Exception:
+                rclpy.logging.get_logger("embodied_ros.graph").error(
+                    f"call failed on {self._thread.name}:\n{traceback.format_exc()}", throttle_duration_sec=5.0)
+            due_ns += self.period_ns
+            behind_ns = time.monotonic_ns() - due_ns
+            if behind_ns > self.period_ns:
+                due_ns += behind_ns // self.period_ns * self.period_ns
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ class GraphNode(LifecycleNode):
     stats: StageStats
     step_clock: StepClock
     drive: Drive  # free-running or lock-step (node_infra/drive.py), from schedule.mode
-    runs_alone = False  # True: the only node of its process, spun on the main thread (nodes/run.py)
+    runs_alone = False  # True: the only node of its process (nodes/run.py)
 
     def __init__(self, node_name: str | None = None, *, runtime: Runtime | None = None,
                  store: ResultStore | None = None, parameters: dict[str, Any] | None = None, **node_kwargs):
@@ -107,6 +107,9 @@ class GraphNode(LifecycleNode):
 
     def stop(self) -> None:
         """Stop timers (deactivate)."""
+
+    def prepare_spin_thread(self) -> None:
+        """On the thread that will spin this node's executor, before it spins (run alone, nodes/run.py)."""
 
     def on_step(self, step: int) -> None:
         """Lock-step: step `step` began."""

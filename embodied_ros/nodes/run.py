@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 import rclpy
 from rclpy.executors import Executor, SingleThreadedExecutor
@@ -20,11 +20,11 @@ from rclpy.utilities import remove_ros_args
 
 from embodied_ros.kernels.cpu.jit import share_cores_with_other_processes
 from embodied_ros.node_infra.node_table import NODE_NAMES, node_spec
-from embodied_ros.node_infra.spinning import spin_until_shutdown
+from embodied_ros.node_infra.spinning import SpinThread
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _STOP = threading.Event()  # set by the first ending signal, whether or not its KeyboardInterrupt arrives
-_POLLED = threading.Event()  # set while the main thread spins a loop that checks _STOP itself
+_WAITING_FOR_STOP = threading.Event()  # set while the main thread waits on _STOP (spin_until_stopped)
 PARENT_PID = "EMBODIED_ROS_PARENT_PID"  # set by graph/processes.py: its node processes end with it
 PARENT_POLL_S = 0.5
 
@@ -91,13 +91,20 @@ def _end_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def spin_until_stopped(executor: Executor) -> None:
-    """Spin in the main thread of a process under `stopped_by_signals` until SIGINT or SIGTERM."""
-    _POLLED.set()
+def spin_until_stopped(executor: Executor, prepare: Callable[[], None] = lambda: None) -> None:
+    """Spin `executor` until SIGINT or SIGTERM (or the context's shutdown), in the main thread's
+    process under `stopped_by_signals`. The executor spins on a thread of its own, waiting for work
+    with no timeout (node_infra/spinning.py); the main thread, where Python runs signal handlers,
+    sleeps on the stop, so a signal ends the spin at once and never lands inside a callback or
+    rclpy's C++ side. `prepare` runs on the spinning thread first."""
+    spinner = SpinThread(executor, "spin", on_exit=_STOP.set, prepare=prepare)
+    _WAITING_FOR_STOP.set()
     try:
-        spin_until_shutdown(executor, lambda: not stop_requested())
+        spinner.start()
+        _STOP.wait()
     finally:
-        _POLLED.clear()
+        _WAITING_FOR_STOP.clear()
+        spinner.stop()
 
 
 def stop_requested() -> bool:
@@ -107,12 +114,11 @@ def stop_requested() -> bool:
 
 def _stop_once(signum, frame) -> None:
     """The first SIGINT or SIGTERM stops the process; any later one is ignored. The stop is
-    recorded; the main thread is interrupted only when it is not in a spin loop that checks the
-    record: a KeyboardInterrupt raised inside rclpy came back as a RuntimeError ("Unable to convert
-    call argument", when its C++ side was converting arguments) or left a half-made Task behind."""
+    recorded; the main thread is interrupted only when it is not waiting on the record
+    (spin_until_stopped), e.g. while the nodes start up."""
     ignore_ending_signals()
     _STOP.set()
-    if not _POLLED.is_set():
+    if not _WAITING_FOR_STOP.is_set():
         raise KeyboardInterrupt
 
 
@@ -144,7 +150,7 @@ def run_node(node_class, args=None) -> None:
                 sys.exit(1)
             executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
             executor.add_node(node)
-            spin_until_stopped(executor)
+            spin_until_stopped(executor, getattr(node, "prepare_spin_thread", lambda: None))
         except KeyboardInterrupt:
             pass
         finally:
