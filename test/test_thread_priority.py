@@ -1,10 +1,11 @@
 """Thread priorities: the stages' compute thread runs below the graph's other threads (compute.stage_nice);
-the controller's thread asks for SCHED_FIFO where permitted (controller.realtime_priority)."""
+the controller run alone asks for SCHED_FIFO where permitted (controller.realtime_priority) for its
+ticks and, one below, its executor."""
 
 import os
 import threading
 
-from embodied_ros.node_infra.priority import lower_this_thread, normal_scheduling, realtime_scheduling
+from embodied_ros.node_infra.priority import lower_this_thread, realtime_scheduling
 
 
 def _nice_in_new_thread(*steps):
@@ -45,7 +46,7 @@ def test_the_kernels_threads_a_stage_starts_inherit_its_priority():
     assert seen == [min(19, base + 4)]
 
 
-def test_realtime_scheduling_takes_effect_or_says_why_and_leaves_the_thread_as_it_was():
+def test_realtime_scheduling_takes_effect_or_says_why_for_the_calling_thread_only():
     seen = {}
 
     def controller_thread():
@@ -53,8 +54,6 @@ def test_realtime_scheduling_takes_effect_or_says_why_and_leaves_the_thread_as_i
         refused = realtime_scheduling(20)
         seen["refused"], seen["policy"] = refused, os.sched_getscheduler(me)
         seen["priority"] = os.sched_getparam(me).sched_priority
-        normal_scheduling()
-        seen["after"] = os.sched_getscheduler(me)
 
     thread = threading.Thread(target=controller_thread)
     thread.start()
@@ -63,5 +62,46 @@ def test_realtime_scheduling_takes_effect_or_says_why_and_leaves_the_thread_as_i
         assert "not permitted" in seen["refused"].lower() and seen["policy"] == os.SCHED_OTHER
     else:
         assert (seen["policy"], seen["priority"]) == (os.SCHED_FIFO, 20)
-    assert seen["after"] == os.SCHED_OTHER
     assert os.sched_getscheduler(threading.get_native_id()) == os.SCHED_OTHER  # only that thread changed
+
+
+def _fifo_priorities(pid: int) -> list[int]:
+    """The SCHED_FIFO priorities of a process's threads, highest first."""
+    priorities = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if os.sched_getscheduler(int(task)) == os.SCHED_FIFO:
+                priorities.append(os.sched_getparam(int(task)).sched_priority)
+        except OSError:  # the thread ended meanwhile
+            pass
+    return sorted(priorities, reverse=True)
+
+
+def test_a_controller_run_alone_ticks_at_its_priority_and_takes_chunks_one_below(ros_domain_id):
+    """Only the ticks' thread and the executor's (which the ticks may wait for: the lock, the
+    interpreter) are real-time; the middleware's and the diagnostics' threads are not."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    environment = {**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "embodied_ros.nodes.controller", "--ros-args", "-p",
+                                "autostart:=true", "-p", "controller.realtime_priority:=30"],
+                               env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output = ""
+        for line in process.stdout:
+            output += line
+            if "waiting for the first action chunk" in line or "not permitted" in line:
+                break
+        time.sleep(0.5)  # both threads have run their preparation by now
+        priorities = _fifo_priorities(process.pid)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    if "not permitted" in output:
+        assert priorities == [], output
+    else:
+        assert priorities == [30, 29], output

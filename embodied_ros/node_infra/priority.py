@@ -6,8 +6,10 @@ receive threads, the controller's process) still get a core as soon as they wake
 of the same niceness elsewhere on the computer takes the cores from the stages in proportion.
 
 The controller, in a process of its own, asks for real-time scheduling (SCHED_FIFO) for the
-thread that ticks, where the system permits it: it sleeps between ticks, so it takes little,
-and gets the core at once when a tick is due.
+thread that ticks, and one priority below for its executor's thread, where the system permits
+it: both sleep between ticks and chunks, so they take little, and get a core at once when one
+is due; a tick that waits for the executor's thread (the lock, the interpreter) does not also
+wait for the stages to give that thread a core back.
 """
 
 from __future__ import annotations
@@ -37,11 +39,3 @@ def realtime_scheduling(priority: int) -> str:
     except (OSError, AttributeError) as error:  # EPERM without the privilege; no SCHED_FIFO on this platform
         return f"{getattr(error, 'strerror', None) or error}"
     return ""
-
-
-def normal_scheduling() -> None:
-    """Put the calling thread back under the default time-sharing policy."""
-    try:
-        os.sched_setscheduler(threading.get_native_id(), os.SCHED_OTHER, os.sched_param(0))
-    except (OSError, AttributeError):
-        pass

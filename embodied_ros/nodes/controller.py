@@ -7,11 +7,17 @@ or breaks a limit (deploy/limits.py). It starts with a ramp from the measured po
 Every command is also published on embodied/commanded as a JointState stamped with its tick.
 Lock-step, step k's commands are the ticks in [t_k, t_k+1), computed when step k's chunk and
 input status are in; its StageTiming `sequence` counts the commands sent so far.
+
+Free-running, it ticks on a thread of its own on the monotonic clock (with real-time scheduling
+in a process of its own), as a ros2_control loop runs beside its executor: the executor only
+takes chunks, input status and services, and a tick never waits for it. A lock keeps a tick and
+those callbacks apart. With use_sim_time (a replay's /clock) the ticks are a ROS timer instead.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import deque
 
@@ -25,8 +31,9 @@ from embodied_ros.deploy import ActionMapping, Command, CommandLogic, JointLimit
 from embodied_ros.deploy.continuation import merge
 from embodied_ros.deploy.mapping import chunk_column_names
 from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_array, joint_trajectory
-from embodied_ros.node_infra.priority import normal_scheduling, realtime_scheduling
+from embodied_ros.node_infra.priority import realtime_scheduling
 from embodied_ros.node_infra.schedule import LockstepGate
+from embodied_ros.node_infra.spinning import PeriodicThread
 from embodied_ros.node_infra.stats import PeriodStats, diagnostic_status, reason_kind, status_values
 from embodied_ros.node_infra.topics import (
     ACTION_CHUNK, COMMANDED, INPUT_STATUS, JOINT_STATES, command_topic,
@@ -66,7 +73,8 @@ class ControllerNode(GraphNode):
         self.state_log = StateLog(self.get_logger())
         self.commands_sent = self.holds = self.limited = 0
         self._timer = None
-        self._realtime = False
+        self._ticker: PeriodicThread | None = None
+        self._lock = threading.Lock()  # a tick, or a chunk or status taken by the executor, at a time
         if settings.joints:
             self._build_logic(settings.joints)
         self.gate = LockstepGate(1, {"action": self.config.schedule.period_of("action"), "status": 1})
@@ -82,33 +90,48 @@ class ControllerNode(GraphNode):
         self.commanded_publisher = self.lifecycle_publisher(JointState, COMMANDED, self.drive.command_qos())
 
     def start(self) -> None:
-        self._timer = self.drive.timer(self, 1.0 / self.config.controller.rate_hz, self._on_tick)
-        if self._timer is None or not self.runs_alone:
+        period_s = 1.0 / self.config.controller.rate_hz
+        if self.get_parameter("use_sim_time").value:  # lock-step (no timer: the steps command), or a replay
+            self._timer = self.drive.timer(self, period_s, self._on_tick)
             return
-        # the process's other threads (diagnostics, the middleware's callbacks into Python) hand the
-        # interpreter to a due tick within this, not the default 5 ms
+        self._ticker = PeriodicThread(period_s, self._on_tick, f"{self.get_name()}-ticks", prepare=self._prepare_ticks)
+        self._ticker.start()
+
+    def _prepare_ticks(self) -> None:
+        """On the ticks' thread, before the first tick: in a process of its own, real-time scheduling."""
+        if not self.runs_alone:
+            return
+        # the process's other threads (the executor, diagnostics, the middleware's callbacks into
+        # Python) hand the interpreter to a due tick within this, not the default 5 ms
         sys.setswitchinterval(TICK_SWITCH_INTERVAL_S)
         priority = self.config.controller.realtime_priority
+        refused = realtime_scheduling(priority) if priority > 0 else ""
+        if refused:
+            self.get_logger().warning(f"real-time scheduling (SCHED_FIFO {priority}) not permitted: {refused}; "
+                                      "ticking at normal priority (grant rtprio to this user, or set "
+                                      "controller.realtime_priority: 0)")
+
+    def prepare_spin_thread(self) -> None:
+        """The executor's thread real-time too, one below the ticks: a tick waiting for the interpreter
+        or the lock while that thread takes a chunk must not also wait for the model's processes to
+        give it a core back (refused, the ticks' thread says so)."""
+        priority = self.config.controller.realtime_priority
         if priority > 0:
-            refused = realtime_scheduling(priority)  # this is the thread that spins the node: the ticks' thread
-            self._realtime = not refused
-            if refused:
-                self.get_logger().warning(f"real-time scheduling (SCHED_FIFO {priority}) not permitted: {refused}; "
-                                          "ticking at normal priority (grant rtprio to this user, or set "
-                                          "controller.realtime_priority: 0)")
+            realtime_scheduling(max(1, priority - 1))
 
     def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
         if self._timer is not None:
             self.drop(self._timer)
             self._timer = None
-        if self._realtime:
-            normal_scheduling()
-            self._realtime = False
-        self._landing.clear()
-        self._queued = None
-        if self.logic is not None:  # leave the arm holding where it is; on activation start up again
-            self._publish(self.logic.hold(self.now_ns(), DEACTIVATED), self.now_ns())
-            self.logic.restart()
+        with self._lock:
+            self._landing.clear()
+            self._queued = None
+            if self.logic is not None:  # leave the arm holding where it is; on activation start up again
+                self._publish(self.logic.hold(self.now_ns(), DEACTIVATED), self.now_ns())
+                self.logic.restart()
 
     # inputs -------------------------------------------------------------------------------------
 
@@ -120,7 +143,8 @@ class ControllerNode(GraphNode):
         except ValueError as error:
             self.stats.record_error(f"action chunk: {error}")
             chunk = None
-        self._read_chunk(msg, chunk)
+        with self._lock:
+            self._read_chunk(msg, chunk)
 
     def _chunk_of_step(self, msg: ActionChunk, chunk: ActionChunkResult | None) -> None:
         step = self.step_clock.step_of(time_to_ns(msg.header.stamp))
@@ -145,7 +169,8 @@ class ControllerNode(GraphNode):
         values = status_values(msg)
         if not self.active or "step" not in values:
             return  # only the once-per-step input status counts
-        self._read_status(values["step"], msg.level == DiagnosticStatus.OK, msg.message)
+        with self._lock:
+            self._read_status(values["step"], msg.level == DiagnosticStatus.OK, msg.message)
 
     def _status_of_step(self, step: str, ok: bool, reason: str) -> None:
         self.gate.on_upstream("status", int(step), (ok, reason))
@@ -158,9 +183,9 @@ class ControllerNode(GraphNode):
 
     def _on_tick(self) -> None:
         self.period_stats.tick(time.monotonic_ns())
-        self.poll_newest()  # the arm's newest joint state, to hold at or ramp from
-        now_ns = self.now_ns()
-        self._command(now_ns)
+        with self._lock:
+            self.poll_newest()  # the arm's newest joint state, to hold at or ramp from
+            self._command(self.now_ns())
 
     def on_step(self, step: int) -> None:
         self.gate.on_step(step)
