@@ -48,33 +48,33 @@ class SpinThread:
     def _spin(self) -> None:
         try:
             self.prepare()
-            spin_until_shutdown(self.executor, self._stopped, self._thread.name)
+            self._spin_until_stopped()
         finally:
             self.on_exit()
 
+    def _spin_until_stopped(self) -> None:
+        """Spin until stop() or the executor's context shuts down (Ctrl-C).
 
-def spin_until_shutdown(executor: Executor, stopped: Future, name: str) -> None:
-    """Spin until `stopped` is done or the executor's context shuts down (Ctrl-C).
-
-    An error while the context goes down or once `stopped` is done (a callback publishing through
-    the closed context, the wait set failing, a stop signal that rclpy's C++ side turned into a
-    RuntimeError) ends the spin quietly: it is the shutdown, not a failure. A callback that raises
-    otherwise is logged with its traceback and spinning goes on: one callback's bug must not stop
-    every node the executor serves."""
-    logger = rclpy.logging.get_logger("embodied_ros.graph")
-    # rclpy's C++ EventsExecutor (not an Executor subclass) never returns from a wait with no
-    # timeout, even once the future is done; its timed wait costs nothing per wake, unlike the
-    # Python executors' (see above)
-    timeout_s = None if isinstance(executor, Executor) else 3600.0
-    while not stopped.done() and executor.context.ok():
-        try:
-            executor.spin_until_future_complete(stopped, timeout_sec=timeout_s)
-        except ExternalShutdownException:
-            return
-        except Exception:
-            if not executor.context.ok() or stopped.done():
+        An error while the context goes down or once stopped (a callback publishing through the
+        closed context, the wait set failing, a stop signal that rclpy's C++ side turned into a
+        RuntimeError) ends the spin quietly: it is the shutdown, not a failure. A callback that
+        raises otherwise is logged with its traceback and spinning goes on: one callback's bug
+        must not stop every node the executor serves."""
+        executor, stopped = self.executor, self._stopped
+        # rclpy's C++ EventsExecutor (not an Executor subclass) never returns from a wait with no
+        # timeout, even once the future is done; its timed wait costs nothing per wake, unlike the
+        # Python executors' (see above)
+        timeout_s = None if isinstance(executor, Executor) else 3600.0
+        while not stopped.done() and executor.context.ok():
+            try:
+                executor.spin_until_future_complete(stopped, timeout_sec=timeout_s)
+            except ExternalShutdownException:
                 return
-            logger.error(f"callback failed on {name}:\n{traceback.format_exc()}", throttle_duration_sec=5.0)
+            except Exception:
+                if not executor.context.ok() or stopped.done():
+                    return
+                rclpy.logging.get_logger("embodied_ros.graph").error(
+                    f"callback failed on {self._thread.name}:\n{traceback.format_exc()}", throttle_duration_sec=5.0)
 
 
 class PeriodicThread:

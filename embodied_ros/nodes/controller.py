@@ -10,8 +10,8 @@ input status are in; its StageTiming `sequence` counts the commands sent so far.
 
 Free-running, it ticks on a thread of its own on the monotonic clock (with real-time scheduling
 in a process of its own), as a ros2_control loop runs beside its executor: the executor only
-takes chunks, input status and services, and a tick never waits for it. A lock keeps a tick and
-those callbacks apart. With use_sim_time (a replay's /clock) the ticks are a ROS timer instead.
+takes chunks, input status and services, and a tick is due whether or not it wakes. A lock keeps
+a tick and those callbacks apart. With use_sim_time (a replay's /clock) the ticks are a ROS timer instead.
 """
 
 from __future__ import annotations
@@ -104,9 +104,9 @@ class ControllerNode(GraphNode):
         # the process's other threads (the executor, diagnostics, the middleware's callbacks into
         # Python) hand the interpreter to a due tick within this, not the default 5 ms
         sys.setswitchinterval(TICK_SWITCH_INTERVAL_S)
-        priority = self.config.controller.realtime_priority
-        refused = realtime_scheduling(priority) if priority > 0 else ""
+        refused = self._realtime(below=0)
         if refused:
+            priority = self.config.controller.realtime_priority
             self.get_logger().warning(f"real-time scheduling (SCHED_FIFO {priority}) not permitted: {refused}; "
                                       "ticking at normal priority (grant rtprio to this user, or set "
                                       "controller.realtime_priority: 0)")
@@ -115,9 +115,13 @@ class ControllerNode(GraphNode):
         """The executor's thread real-time too, one below the ticks: a tick waiting for the interpreter
         or the lock while that thread takes a chunk must not also wait for the model's processes to
         give it a core back (refused, the ticks' thread says so)."""
+        self._realtime(below=1)
+
+    def _realtime(self, below: int) -> str:
+        """SCHED_FIFO for the calling thread, `below` under controller.realtime_priority (0: none
+        asked); "" when done or not asked, else why not."""
         priority = self.config.controller.realtime_priority
-        if priority > 0:
-            realtime_scheduling(max(1, priority - 1))
+        return realtime_scheduling(max(1, priority - below)) if priority > 0 else ""
 
     def stop(self) -> None:
         if self._ticker is not None:
