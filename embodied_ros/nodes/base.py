@@ -68,7 +68,8 @@ class GraphNode(LifecycleNode):
             self.drive.follow_clock(self)
             self.setup()
             self._diagnostics_thread = PeriodicThread(self.config.diagnostics.period_s, self._report,
-                                                      f"{self.get_name()}-diagnostics")
+                                                      f"{self.get_name()}-diagnostics",
+                                                      prepare=self.prepare_diagnostics_thread)
             self._diagnostics_thread.start()
         except Exception as error:  # any failure to configure is reported, never raised into the executor
             self.get_logger().error(f"configure failed: {error}")
@@ -110,6 +111,9 @@ class GraphNode(LifecycleNode):
 
     def prepare_spin_thread(self) -> None:
         """On the thread that will spin this node's executor, before it spins (run alone, nodes/run.py)."""
+
+    def prepare_diagnostics_thread(self) -> None:
+        """On the diagnostics thread, before its first report."""
 
     def on_step(self, step: int) -> None:
         """Lock-step: step `step` began."""

@@ -117,6 +117,12 @@ class ControllerNode(GraphNode):
         give it a core back (refused, the ticks' thread says so)."""
         self._realtime(below=1)
 
+    def prepare_diagnostics_thread(self) -> None:
+        """The diagnostics thread real-time too, below the executor's, for the same reason: it holds
+        the interpreter while it builds a report."""
+        if self.runs_alone:
+            self._realtime(below=2)
+
     def _realtime(self, below: int) -> str:
         """SCHED_FIFO for the calling thread, `below` under controller.realtime_priority (0: none
         asked); "" when done or not asked, else why not."""
@@ -186,10 +192,11 @@ class ControllerNode(GraphNode):
     # commanding ---------------------------------------------------------------------------------
 
     def _on_tick(self) -> None:
+        tick_ns = self.now_ns()  # the tick's time, before anything that may wait (the lock)
         self.period_stats.tick(time.monotonic_ns())
         with self._lock:
-            self.poll_newest()  # the arm's newest joint state, to hold at or ramp from
-            self._command(self.now_ns())
+            self._command(tick_ns)
+            self.poll_newest()  # the arm's newest joint state, for the next tick to hold at or ramp from
 
     def on_step(self, step: int) -> None:
         self.gate.on_step(step)
