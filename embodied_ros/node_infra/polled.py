@@ -6,17 +6,21 @@ subscription that an executor waits on wakes the node's interpreter for each mes
 on a 2-core machine those wakes take the cores from the model's kernels. A subscription in
 `PolledGroup` is never waited on: its keep-last queue holds what arrived, and `PolledSubscription.poll`
 hands the newest message to the node's callback at the moment it is needed, and the
-subscription's events (an incompatible publisher) to their handlers just before.
+subscription's events (an incompatible publisher) to their handlers just before, at most twice a second.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.event_handler import EventHandler
 from rclpy.exceptions import InvalidHandle
 from rclpy.subscription import Subscription
+
+
+EVENT_POLL_S = 0.5
 
 
 class PolledGroup(CallbackGroup):
@@ -85,6 +89,7 @@ class PolledSubscription:
     def __init__(self, subscription: Subscription, on_message: Callable[[Any], None]):
         self.subscription = subscription
         self.on_message = on_message
+        self._events_due_s = 0.0
 
     @property
     def topic_name(self) -> str:
@@ -96,11 +101,16 @@ class PolledSubscription:
 
     def poll(self) -> bool:
         """Hand the newest waiting message to the callback, after any event of the subscription (an
-        incompatible publisher) to its handler's callback; False when no message came since the last poll."""
-        for handler in self.subscription.event_handlers:
-            status = take_event(handler)
-            if status is not None:
-                handler.callback(status)
+        incompatible publisher) to its handler's callback, those at most every EVENT_POLL_S (a poll at
+        a controller's rate would spend more on them than on the message); False when no message came
+        since the last poll."""
+        now_s = time.monotonic()
+        if now_s >= self._events_due_s:
+            self._events_due_s = now_s + EVENT_POLL_S
+            for handler in self.subscription.event_handlers:
+                status = take_event(handler)
+                if status is not None:
+                    handler.callback(status)
         message = take_newest(self.subscription)
         if message is None:
             return False
