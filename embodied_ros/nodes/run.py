@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import select
 import signal
 import sys
 import threading
@@ -84,11 +85,29 @@ def _end_with_parent() -> None:
         return
 
     def watch() -> None:
-        while os.getppid() == int(parent):
-            time.sleep(PARENT_POLL_S)
+        _wait_for_parent_exit(int(parent))
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _wait_for_parent_exit(parent: int) -> None:
+    """Returns once this process's parent `parent` is gone. The wait is on a pidfd, with the
+    interpreter released and no wake until then (a poll's wakes would take the interpreter from a
+    real-time controller tick); where pidfds are missing (Linux before 5.3), a poll every PARENT_POLL_S."""
+    try:
+        pidfd = os.pidfd_open(parent)
+    except ProcessLookupError:
+        return
+    except (AttributeError, OSError):
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        return
+    try:
+        if os.getppid() == parent:  # the pidfd is of this parent, not of a process given its number since
+            select.select([pidfd], [], [])  # readable once it has exited
+    finally:
+        os.close(pidfd)
 
 
 def spin_until_stopped(executor: Executor, prepare: Callable[[], None] = lambda: None) -> None:
