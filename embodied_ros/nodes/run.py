@@ -99,7 +99,7 @@ def _wait_for_parent_exit(parent: int) -> None:
         pidfd = os.pidfd_open(parent)
     except ProcessLookupError:
         return
-    except (AttributeError, OSError):
+    except OSError:  # no pidfds here (ENOSYS), or not allowed
         while os.getppid() == parent:
             time.sleep(PARENT_POLL_S)
         return
