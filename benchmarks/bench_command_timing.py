@@ -28,8 +28,11 @@ back (bench_pi05.py's way) and paced, one chunk per step period, as the graph ca
 
 Period error is |interval - 20 ms| between consecutive commands: "tick" from the controller's
 send stamps, "arrival" from when the monitor of `up` received them (stamped by the middleware).
-A row's period errors are the worst of its cycles' (each a --duration run's p99). The last line
-printed is one JSON object with every number.
+A row's period errors are the worst of its cycles' (each a --duration run's p99). two_core_budget
+judges each run by config/budgets/two-core.yaml, as the latency gate does (`replay/latency.py`):
+tick and arrival p99, and each budgeted stage's compute p50 against ratio x its back-to-back time
+alone (the mean either side) + the budget's allowance; "3/3" when every run holds, otherwise what
+broke it in which run. The last line printed is one JSON object with every number.
 """
 from __future__ import annotations
 
@@ -121,8 +124,32 @@ def standalone_stages(config_path: Path, bundle: Path | None, repeats: int) -> d
             "paced": stage_times_ms(runtime, repeats, period_s=config.schedule.step_period_s)}
 
 
+def budget_verdict(reports: list[dict], alone: list[dict], budget) -> str:
+    """Each run against the budget: "n/n" when all hold, else the checks each failing run broke."""
+    broken = []
+    for run, (report, before, after) in enumerate(zip(reports, alone, alone[1:]), start=1):
+        commands, problems = report["commands"], []
+        if commands["tick_period_error_ms_p99"] > budget.command_period_error.p99_ms:
+            problems.append(f"tick p99 {commands['tick_period_error_ms_p99']:.2f} ms")
+        if budget.arrival_error_p99_ms is not None and \
+                commands["arrival_period_error_ms_p99"] > budget.arrival_error_p99_ms:
+            problems.append(f"arrival p99 {commands['arrival_period_error_ms_p99']:.2f} ms")
+        for stage, ratio in budget.stage_ratio.items():
+            in_graph = report["stages"].get(stage, {}).get("compute_ms_p50")
+            if stage not in before["back_to_back"] or in_graph is None:
+                continue
+            bound = ratio * (before["back_to_back"][stage] + after["back_to_back"][stage]) / 2 + budget.stage_allowance_ms
+            if in_graph > bound:
+                problems.append(f"{stage} {in_graph:.2f} > {bound:.2f} ms")
+        if problems:
+            broken.append(f"run {run}: " + ", ".join(problems))
+    return f"{len(reports)}/{len(reports)}" if not broken else "; ".join(broken)
+
+
 def row_of(name: str, variant: str, reports: list[dict], alone: list[dict]) -> dict:
     """One config and variant over its cycles: reports[i] ran between alone[i] and alone[i + 1]."""
+    from embodied_ros.replay.latency import load_budget
+
     commands = [report["commands"] for report in reports]
     row = {"config": name, "variant": variant, "commands": sum(int(c["commands"]) for c in commands),
            "rate_hz": round(float(np.median([c["rate_hz"] for c in commands])), 2)}
@@ -139,6 +166,7 @@ def row_of(name: str, variant: str, reports: list[dict], alone: list[dict]) -> d
             row[f"{stage}{label}_ratios"] = "/".join(f"{r:.2f}" for r in ratios)
             row[f"{stage}{label}_ratio"] = round(float(np.median(ratios)), 3)
     row["holds"] = sum(sum(report["hold_reasons"].values()) for report in reports)
+    row["two_core_budget"] = budget_verdict(reports, alone, load_budget("two-core"))
     return row
 
 
@@ -167,7 +195,8 @@ def main(argv=None) -> int:
             print(json.dumps(rows[-1]), flush=True)
     columns = ["config", "variant", "commands", "rate_hz", "tick_err_p50_ms", "tick_err_p99_ms",
                "arrival_err_p50_ms", "arrival_err_p99_ms", "action_ms", "action_alone_ms", "action_ratios",
-               "action_ratio", "action_paced_ratios", "action_paced_ratio", "holds"]
+               "action_ratio", "action_paced_ratios", "action_paced_ratio", "world_ms", "world_alone_ms",
+               "world_ratio", "world_paced_ratio", "holds", "two_core_budget"]
     table = common.markdown_table(rows, columns)
     print(table)
     if not args.no_write:
@@ -187,7 +216,10 @@ NOTE = ("Each config's graph ran --cycles times for --duration seconds, its stag
         "in-graph time / the mean of the alone times either side of it; action_ratio: their median. "
         "action_paced_ratios: the same against the call timed one chunk per step period "
         "(schedule.step_period_s) with the core idle in between, as the graph runs it: after each pause the "
-        "caches (and in a VM the core's clock) are cold, which small models feel most. "
+        "caches (and in a VM the core's clock) are cold, which small models feel most. world_*: the same for "
+        "the world stage (world-action models; their episode timed past the runs that fill its KV pool). "
+        "two_core_budget: each run against config/budgets/two-core.yaml (tick p99 <= 2 ms, arrival p99 <= 3 ms, "
+        "action and world in the graph <= 1.3 x alone + 1 ms), as the latency gate judges it. "
         "Variants: default (the shipped "
         "config: controller.own_process true, controller.realtime_priority 50, compute.stage_turns true, "
         "compute.stage_nice 5); each other variant undoes one of these: stages_at_once (stage_turns false), "

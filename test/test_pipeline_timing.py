@@ -48,3 +48,26 @@ def test_paced_chunks_start_one_period_apart_and_time_only_the_calls():
     elapsed = time.perf_counter() - started
     assert 0.3 <= elapsed < 1.0  # three periods between four chunks (plus the last chunk), not back to back
     assert 20.0 <= times["action"] < 100.0  # the pause is not part of any stage's time
+
+
+class _FillingEpisode(FakeRuntime):
+    """A world predictor whose runs cost more until its episode holds two of them (as a KV pool fills)."""
+
+    class Episode(list):
+        runs_until_steady = 2
+
+    def world_episode(self):
+        return self.Episode()
+
+    def predict_world(self, prefix, noise=None, episode=None):
+        episode.append(prefix.stamp_ns)
+        time.sleep(0.002 if len(episode) <= 2 else 0.02)
+        return super().predict_world(prefix, noise, episode)
+
+
+def test_a_world_episode_is_timed_past_the_runs_that_fill_it():
+    runtime = _FillingEpisode(has_world_model=True)
+    times = stage_times_ms(runtime, repeats=3)
+    assert times["world"] >= 20.0  # the two cheap first runs are not among the timed ones
+    assert [stage for stage, _ in runtime.calls].count("world") == 5
+    assert [stage for stage, _ in runtime.calls].count("action") == 3

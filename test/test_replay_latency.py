@@ -83,23 +83,29 @@ def test_evaluate_checks_commands_as_received_and_stage_ratios():
                               stage_compute_ms={"action": [14.0] * 3}, stage_alone_ms={"action": 10.0})
     failures = evaluate(late, budget).failures
     assert any(f.startswith("command period |error| p99 as received 5.00 ms > 3.00 ms") for f in failures)
-    assert any(f.startswith("action stage compute in the graph 1.40x its time alone > 1.30x") for f in failures)
+    assert any(f.startswith("action stage compute in the graph 14.00 ms, 1.40x its 10.00 ms alone > 1.30x + 0.00 ms")
+               for f in failures)
     never_ran = LatencyMeasurement(end_to_end_ms=[40.0] * 11, command_stamps_ns=sent, stage_alone_ms={"action": 10.0})
     assert any("action stage: no compute time measured" in f for f in evaluate(never_ran, budget).failures)
-    tiny_call = LatencyMeasurement(end_to_end_ms=[40.0] * 11, command_stamps_ns=sent, command_arrivals_ns=sent,
-                                   stage_compute_ms={"action": [0.3] * 3, "world": [14.0] * 3},
-                                   stage_alone_ms={"action": 0.05, "world": 10.0})
-    failures = evaluate(tiny_call, budget).failures  # a 50 us call is not judged; the world stage is
-    assert len(failures) == 1 and failures[0].startswith("world stage compute in the graph 1.40x its time alone")
+    allowing = _budget(stage_ratio={"action": 1.3, "world": 1.3}, stage_allowance_ms=0.5)
+    short_calls = LatencyMeasurement(end_to_end_ms=[40.0] * 11, command_stamps_ns=sent,
+                                     stage_compute_ms={"action": [0.3] * 3, "world": [14.0] * 3},
+                                     stage_alone_ms={"action": 0.05, "world": 10.0})
+    failures = evaluate(short_calls, allowing).failures  # 0.3 ms <= 1.3 x 0.05 + 0.5; 14 ms > 1.3 x 10 + 0.5
+    assert len(failures) == 1 and failures[0].startswith("world stage compute in the graph 14.00 ms, 1.40x")
+    assert evaluate(short_calls, budget).failures[0].startswith("action stage compute in the graph 0.30 ms, 6.00x")
 
 
 def test_budget_bounds_on_arrival_and_ratios_are_checked(tmp_path):
     with pytest.raises(ValueError, match="stage_ratio bounds must be >= 1"):
         _budget(stage_ratio={"action": 0.5})
+    with pytest.raises(ValueError, match="stage_allowance_ms must be >= 0"):
+        _budget(stage_allowance_ms=-1.0)
     with pytest.raises(ValueError, match="arrival_error_p99_ms must be positive"):
         _budget(arrival_error_p99_ms=0.0)
     budget = load_budget("two-core")
     assert budget.arrival_error_p99_ms == 3.0 and budget.stage_ratio == {"action": 1.3, "world": 1.3}
+    assert budget.stage_allowance_ms == 1.0
     assert budget.command_period_error.p99_ms == 2.0
 
 

@@ -59,7 +59,9 @@ class Runtime(Protocol):
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult: ...
 
     def world_episode(self) -> Any:
-        """Models with a world model: the state predict_world carries from run to run (None: none)."""
+        """Models with a world model: the state predict_world carries from run to run (None: none).
+        An episode whose runs cost more as it fills says after how many runs they stop growing
+        (`runs_until_steady`), so that a run timed alone is timed as a graph's later runs are."""
 
     def observe_world(self, episode: Any, prefix: StageResult) -> None:
         """Models with a world model: every prefix output reaches the episode, also on the steps the

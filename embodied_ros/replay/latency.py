@@ -4,11 +4,12 @@ A budget (config/budgets/<deployment>.yaml) bounds, for one deployment, the end-
 (input stamp -> ActionChunk received) at p50 and p99, and the error of the command stream's period
 (|period - nominal|) at p50 and p99, timed by the controller's send stamps (JointTrajectory headers;
 arrival times for Float64MultiArray, which has none), and at p99 on arrival (when the middleware
-received each command); and, optionally, each stage's compute time in the graph (p50) as a ratio of
-the same call timed alone (`embodied_ros.pipeline.timing`), for calls of at least RATIO_FROM_MS alone
-(a call of tens of microseconds, such as LingBot-VA's action head, which only unnormalizes the
-latest prediction, takes several times as long in a graph thread that has just woken, whatever the
-graph does). `evaluate` compares a
+received each command); and, optionally, each stage's compute time in the graph (p50) against the
+same call timed alone back to back (`embodied_ros.pipeline.timing`): at most `stage_ratio` times
+it plus `stage_allowance_ms`. The allowance is what any call pays after a pause, and a graph's
+stage pauses before every call (it waits for its input): a fixed 0.5-0.8 ms a call on the 2-core
+machines, whatever filled the pause (BENCHMARKS.md, command_timing), which on its own puts a 1 ms
+call at 1.5x and a 40 ms one at 1.02x. `evaluate` compares a
 `LatencyMeasurement` with a budget and always reports the measured numbers, pass or fail.
 """
 
@@ -22,9 +23,6 @@ import yaml
 
 from embodied_ros.replay.metrics import distribution_ms, period_stats
 from embodied_ros.share import share_path
-
-RATIO_FROM_MS = 1.0  # stages faster than this alone are not held to a stage ratio
-
 
 @dataclass(frozen=True)
 class PercentileBound:
@@ -44,6 +42,7 @@ class LatencyBudget:
     command_period_error: PercentileBound  # |period - nominal|
     arrival_error_p99_ms: float | None = None  # |period - nominal| of the commands as received; None: not checked
     stage_ratio: dict[str, float] = field(default_factory=dict)  # stage -> bound on in-graph p50 / alone
+    stage_allowance_ms: float = 0.0  # added to each stage's bound (ratio x alone): a call's cost after a pause
     chunks: int = 20  # chunks measured, after warm-up
     warmup_chunks: int = 3  # first chunks ignored (caches, page faults)
     input_rate_hz: float = 10.0  # how often the probe publishes a stamped observation
@@ -59,13 +58,15 @@ class LatencyBudget:
             raise ValueError(f"{self.deployment}: arrival_error_p99_ms must be positive, got {self.arrival_error_p99_ms}")
         if any(not bound >= 1.0 for bound in self.stage_ratio.values()):
             raise ValueError(f"{self.deployment}: stage_ratio bounds must be >= 1, got {self.stage_ratio}")
+        if not self.stage_allowance_ms >= 0:
+            raise ValueError(f"{self.deployment}: stage_allowance_ms must be >= 0, got {self.stage_allowance_ms}")
         if not 0 < self.input_rate_hz <= 1000 or self.timeout_s <= 0:
             raise ValueError(f"{self.deployment}: input_rate_hz must be in (0, 1000] and timeout_s positive, "
                              f"got {self.input_rate_hz} and {self.timeout_s}")
 
 
-_BUDGET_KEYS = {"deployment", "end_to_end_ms", "command_period", "stage_ratio", "chunks", "warmup_chunks",
-                "input_rate_hz", "timeout_s"}
+_BUDGET_KEYS = {"deployment", "end_to_end_ms", "command_period", "stage_ratio", "stage_allowance_ms", "chunks",
+                "warmup_chunks", "input_rate_hz", "timeout_s"}
 
 
 def load_budget(name_or_path: str | Path) -> LatencyBudget:
@@ -89,6 +90,7 @@ def load_budget(name_or_path: str | Path) -> LatencyBudget:
             command_period_error=PercentileBound(p50_ms=period["error_p50_ms"], p99_ms=period["error_p99_ms"]),
             arrival_error_p99_ms=period.get("arrival_error_p99_ms"),
             stage_ratio={str(stage): float(bound) for stage, bound in (values.get("stage_ratio") or {}).items()},
+            stage_allowance_ms=float(values.get("stage_allowance_ms", 0.0)),
             **{k: values[k] for k in ("chunks", "warmup_chunks", "input_rate_hz", "timeout_s") if k in values},
         )
     except (KeyError, TypeError) as error:
@@ -167,13 +169,12 @@ def evaluate(measurement: LatencyMeasurement, budget: LatencyBudget) -> LatencyR
     for stage, bound in budget.stage_ratio.items():
         if stage not in ratios:
             continue  # a stage this model does not have (world), or no time alone given
-        if ratios[stage]["alone_ms"] < RATIO_FROM_MS:
-            continue
-        ratio = ratios[stage]["ratio"]
-        if ratio is None:
+        row = ratios[stage]
+        if row["in_graph_ms"] is None:
             failures.append(f"{stage} stage: no compute time measured in the graph ({budget.deployment})")
-        elif ratio > bound:
-            failures.append(f"{stage} stage compute in the graph {ratio:.2f}x its time alone > {bound:.2f}x "
+        elif row["in_graph_ms"] > bound * row["alone_ms"] + budget.stage_allowance_ms:
+            failures.append(f"{stage} stage compute in the graph {row['in_graph_ms']:.2f} ms, {_num(row['ratio'])}x "
+                            f"its {row['alone_ms']:.2f} ms alone > {bound:.2f}x + {budget.stage_allowance_ms:.2f} ms "
                             f"({budget.deployment})")
     summary = {"deployment": budget.deployment, "end_to_end_ms": e2e, "command_period": period,
                "command_arrival_period": arrival, "stage_ratio": ratios,

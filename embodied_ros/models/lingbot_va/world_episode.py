@@ -48,6 +48,12 @@ class WorldEpisode:
         self.instruction: str | None = None
         self.episode: Episode | None = None
 
+    @property
+    def runs_until_steady(self) -> int:
+        """Runs of an episode before its KV pool holds the whole attention window: each run after
+        them attends to as much as the last, so costs the same."""
+        return self.chunk.attn_window // 2
+
     def observe(self, stamp_ns: int, frames: np.ndarray) -> None:
         """Frames of one observation (every step's, in stamp order; older or repeated stamps are ignored)."""
         if self.history and stamp_ns <= self.history[-1][0]:
