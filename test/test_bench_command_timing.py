@@ -38,3 +38,24 @@ def test_a_run_over_budget_names_the_run_and_what_broke():
     runs = [_report(0.5, 1.0, 0.2, 50.0), _report(8.6, 8.9, 0.2, 56.0)]
     verdict = bench.budget_verdict(runs, alone, budget)
     assert verdict == "run 2: tick p99 8.60 ms, arrival p99 8.90 ms, world 56.00 > 54.30 ms"
+
+
+def test_after_pause_times_each_call_after_each_pause_not_the_pause():
+    import time
+
+    from fake_runtime import FakeRuntime
+
+    spec_pause = importlib.util.spec_from_file_location("bench_after_pause", BENCHMARKS / "bench_after_pause.py")
+    after_pause = importlib.util.module_from_spec(spec_pause)
+    spec_pause.loader.exec_module(after_pause)
+
+    class _SlowAct(FakeRuntime):
+        def act(self, prefix, world, noise=None):
+            time.sleep(0.003)
+            return super().act(prefix, world, noise)
+
+    medians = after_pause.time_after_pauses(_SlowAct(), repeats=3)
+    assert set(medians) == {"perception", "action"}
+    assert all(set(row) == set(after_pause.PAUSES) for row in medians.values())
+    assert all(3.0 <= ms < 20.0 for ms in medians["action"].values())  # the 90 ms pauses are not in it
+    assert max(medians["perception"].values()) < 3.0
