@@ -9,7 +9,8 @@ The controller, in a process of its own, asks for real-time scheduling (SCHED_FI
 thread that ticks, and one priority below for its executor's thread, where the system permits
 it: both sleep between ticks and chunks, so they take little, and get a core at once when one
 is due; a tick that waits for the executor's thread (the lock, the interpreter) does not also
-wait for the stages to give that thread a core back.
+wait for the stages to give that thread a core back. Its other threads (the middleware's, created
+by the middleware) follow a few priorities below: a tick's publish takes the middleware's locks.
 """
 
 from __future__ import annotations
@@ -39,3 +40,18 @@ def realtime_scheduling(priority: int) -> str:
     except (OSError, AttributeError) as error:  # EPERM without the privilege; no SCHED_FIFO on this platform
         return f"{getattr(error, 'strerror', None) or error}"
     return ""
+
+
+def realtime_other_threads(priority: int) -> int:
+    """SCHED_FIFO at `priority` for every thread of this process still under normal scheduling (the
+    middleware's receive and event threads, the process's waiting main thread); the number moved.
+    Threads they create later inherit it."""
+    moved = 0
+    for thread in sorted(int(name) for name in os.listdir("/proc/self/task")):
+        try:
+            if os.sched_getscheduler(thread) == os.SCHED_OTHER:
+                os.sched_setscheduler(thread, os.SCHED_FIFO, os.sched_param(priority))
+                moved += 1
+        except OSError:  # the thread ended meanwhile, or no privilege (then nothing was moved before it)
+            continue
+    return moved

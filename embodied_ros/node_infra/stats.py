@@ -11,12 +11,21 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 
 
 def percentiles(values, qs=(50, 99)) -> list[float]:
-    """Percentiles of `values` (NaN when empty), the way every report in this package takes them."""
+    """Percentiles of `values` (NaN when empty), the way every report in this package takes them:
+    linear between the two nearest ranks, as numpy's default. Not np.percentile itself: its first
+    call in a process takes 7 ms (38 ms on a loaded 2-core machine), and the controller's first
+    streaming tick reports its period errors."""
     values = np.asarray(values, dtype=np.float64)
-    values = values[np.isfinite(values)]
-    if values.size == 0:
+    ordered = np.sort(values[np.isfinite(values)])
+    if ordered.size == 0:
         return [float("nan")] * len(qs)
-    return [float(v) for v in np.percentile(values, qs)]
+    result = []
+    for q in qs:
+        rank = q / 100 * (ordered.size - 1)
+        below = int(rank)
+        above = min(below + 1, ordered.size - 1)
+        result.append(float(ordered[below] + (ordered[above] - ordered[below]) * (rank - below)))
+    return result
 
 
 class StageStats:
