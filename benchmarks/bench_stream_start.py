@@ -182,8 +182,8 @@ NOTE = ("Each start: a fresh `embodied-ros up --composed --no-synthetic` probed 
         "20 ms period within the stream's first second (their_errors_ms: each such start's worst); "
         "starts_over_two_core_period_bounds: starts whose tick p99 (> 2 ms) or arrival p99 (> 3 ms) over the "
         "window fails the budget. Variants alternate start by start. middleware_normal puts the controller "
-        "process's non-Python threads back to SCHED_OTHER before its first command, as before they were made "
-        "real-time.")
+        "process's other threads (the middleware's and its main thread, three below the ticks) back to "
+        "SCHED_OTHER before its first command, as they ran before.")
 
 
 if __name__ == "__main__":

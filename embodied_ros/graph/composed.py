@@ -101,11 +101,13 @@ class ComposedGraph:
                 self._spinners.append(SpinThread(executor, f"graph-{name}"))
         for spinner in self._spinners:
             spinner.start()
-        failed = bring_up(self.nodes.values())
+        # the controller's process is waited for before the stages make a chunk: its answers to the
+        # waiter's state requests can hold its interpreter for up to 100 ms (the middleware waits
+        # for the asker's reply reader), which held the first commands back in 3 of 20 starts
+        failed = bring_up(self.nodes.values(),
+                          self._wait_for_controller if self.controller_process is not None else lambda: None)
         if failed:
             raise RuntimeError(f"graph nodes failed to start: {failed} (their log says why)")
-        if self.controller_process is not None:
-            self._wait_for_controller()
 
     @property
     def apart_nodes(self) -> tuple[str, ...]:

@@ -113,7 +113,7 @@ class ControllerNode(GraphNode):
         refused = self._realtime(below=0)
         if not refused and self.config.controller.realtime_priority > MIDDLEWARE_BELOW_TICKS:
             # a middleware thread at normal priority, preempted by the stages while it held a lock
-            # that a tick's publish takes, held the first command back by 2-114 ms in 3 of 22 starts
+            # that a tick's publish takes, kept a publish waiting 28 ms (BENCHMARKS.md stream_start)
             realtime_other_threads(self.config.controller.realtime_priority - MIDDLEWARE_BELOW_TICKS)
         if refused:
             priority = self.config.controller.realtime_priority

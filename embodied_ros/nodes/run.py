@@ -42,14 +42,14 @@ def parse_node_arguments(node_class, argv: list[str]) -> None:
     parser.parse_args(remove_ros_args(argv)[1:])
 
 
-def bring_up(nodes: Iterable[LifecycleNode]) -> list[str]:
-    """Configure then activate each node, in order; the names of the nodes that failed."""
-    failed = []
+def bring_up(nodes: Iterable[LifecycleNode], before_activating: Callable[[], None] = lambda: None) -> list[str]:
+    """Configure every node, then (after `before_activating`) activate each configured one, in
+    order; the names of the nodes that failed."""
+    nodes = list(nodes)
+    failed = [node.get_name() for node in nodes if node.trigger_configure() != TransitionCallbackReturn.SUCCESS]
+    before_activating()
     for node in nodes:
-        if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
-            failed.append(node.get_name())
-            continue
-        if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
+        if node.get_name() not in failed and node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
             failed.append(node.get_name())
     return failed
 
