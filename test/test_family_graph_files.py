@@ -52,5 +52,5 @@ def test_up_publishes_action_chunks_at_the_configured_rate(tmp_path, family):
     report = json.loads(report_path.read_text())
     assert report["exited"] == {}
     action = report["stages"]["action"]
-    assert action["runs"] >= 20 and 5 < action["rate_hz"] <= 11  # step period 0.1 s, action every step
-    assert report["commands"]["commands"] > 50 and 25 < report["commands"]["rate_hz"] < 75
+    assert action["runs"] >= 20 and 5 < action["rate_hz"] <= 11, result.stdout[-3000:]  # step period 0.1 s
+    assert report["commands"]["commands"] > 50 and 25 < report["commands"]["rate_hz"] < 75, result.stdout[-3000:]
