@@ -134,11 +134,11 @@ def budget_verdict(reports: list[dict], alone: list[dict], budget) -> str:
         if budget.arrival_error_p99_ms is not None and \
                 commands["arrival_period_error_ms_p99"] > budget.arrival_error_p99_ms:
             problems.append(f"arrival p99 {commands['arrival_period_error_ms_p99']:.2f} ms")
-        for stage, ratio in budget.stage_ratio.items():
+        for stage in budget.stage_ratio:
             in_graph = report["stages"].get(stage, {}).get("compute_ms_p50")
             if stage not in before["back_to_back"] or in_graph is None:
                 continue
-            bound = ratio * (before["back_to_back"][stage] + after["back_to_back"][stage]) / 2 + budget.stage_allowance_ms
+            bound = budget.stage_bound_ms(stage, (before["back_to_back"][stage] + after["back_to_back"][stage]) / 2)
             if in_graph > bound:
                 problems.append(f"{stage} {in_graph:.2f} > {bound:.2f} ms")
         if problems:

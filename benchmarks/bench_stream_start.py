@@ -105,12 +105,9 @@ def put_middleware_back(graph_pid: int, priority: int, deadline_s: float, done: 
 
 
 def one_start(config_path: Path, variant: str, domain_id: int) -> dict:
-    import rclpy
-    from rclpy.context import Context
-
     from embodied_ros.node_infra.config import load_config
-    from embodied_ros.replay.latency import evaluate, load_budget
-    from embodied_ros.replay.latency_probe import LatencyProbe, probe_inputs
+    from embodied_ros.replay.latency import load_budget
+    from embodied_ros.replay.latency_probe import measure_latency
 
     budget = load_budget("two-core")
     config = load_config(config_path)
@@ -121,25 +118,19 @@ def one_start(config_path: Path, variant: str, domain_id: int) -> dict:
     if variant == "middleware_normal":
         threading.Thread(target=put_middleware_back, daemon=True,
                          args=(graph.pid, config.controller.realtime_priority - 3, time.monotonic() + 120, moved)).start()
-    cameras, joints = probe_inputs(config)
-    context = Context()
-    rclpy.init(context=context, domain_id=domain_id)
-    probe = LatencyProbe(cameras, joints, command_output=config.controller.output, context=context)
     try:
-        measurement = probe.measure(budget)
+        result = measure_latency(budget, config, domain_id=domain_id)
     finally:
-        probe.close()
-        rclpy.try_shutdown(context=context)
         graph.send_signal(signal.SIGINT)
         try:
             graph.wait(timeout=60)
         except subprocess.TimeoutExpired:
             graph.kill()
             graph.wait()
-    result = evaluate(measurement, budget)
-    first_second, worst = stream_errors(measurement.command_stamps_ns, round(budget.command_period_s * 1e9))
+    stamps = result.measurement.command_stamps_ns
+    first_second, worst = stream_errors(stamps, round(budget.command_period_s * 1e9))
     return {"first_second_error_ms": round(first_second, 2), "worst_error_ms": round(worst, 2),
-            "commands": len(measurement.command_stamps_ns),
+            "commands": len(stamps),
             "tick_p99_ms": result.summary["command_period"]["error_ms"]["p99"],
             "arrival_p99_ms": result.summary["command_arrival_period"]["error_ms"]["p99"],
             "period_ok": not any(f.startswith("command period") for f in result.failures),

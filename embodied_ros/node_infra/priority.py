@@ -42,16 +42,13 @@ def realtime_scheduling(priority: int) -> str:
     return ""
 
 
-def realtime_other_threads(priority: int) -> int:
+def realtime_other_threads(priority: int) -> None:
     """SCHED_FIFO at `priority` for every thread of this process still under normal scheduling (the
-    middleware's receive and event threads, the process's waiting main thread); the number moved.
-    Threads they create later inherit it."""
-    moved = 0
-    for thread in sorted(int(name) for name in os.listdir("/proc/self/task")):
+    middleware's receive and event threads, the process's waiting main thread). Threads they create
+    later inherit it."""
+    for name in os.listdir("/proc/self/task"):
         try:
-            if os.sched_getscheduler(thread) == os.SCHED_OTHER:
-                os.sched_setscheduler(thread, os.SCHED_FIFO, os.sched_param(priority))
-                moved += 1
-        except OSError:  # the thread ended meanwhile, or no privilege (then nothing was moved before it)
+            if os.sched_getscheduler(int(name)) == os.SCHED_OTHER:
+                os.sched_setscheduler(int(name), os.SCHED_FIFO, os.sched_param(priority))
+        except OSError:  # the thread ended meanwhile, or no privilege
             continue
-    return moved

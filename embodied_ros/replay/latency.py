@@ -64,6 +64,10 @@ class LatencyBudget:
             raise ValueError(f"{self.deployment}: input_rate_hz must be in (0, 1000] and timeout_s positive, "
                              f"got {self.input_rate_hz} and {self.timeout_s}")
 
+    def stage_bound_ms(self, stage: str, alone_ms: float) -> float:
+        """The most a budgeted stage's compute p50 in the graph may be, given its time alone."""
+        return self.stage_ratio[stage] * alone_ms + self.stage_allowance_ms
+
 
 _BUDGET_KEYS = {"deployment", "end_to_end_ms", "command_period", "stage_ratio", "stage_allowance_ms", "chunks",
                 "warmup_chunks", "input_rate_hz", "timeout_s"}
@@ -116,6 +120,7 @@ class LatencyResult:
     passed: bool
     failures: tuple[str, ...]
     summary: dict
+    measurement: LatencyMeasurement = field(default_factory=LatencyMeasurement)  # what the numbers came from
 
     def report(self) -> str:
         e2e = self.summary["end_to_end_ms"]
@@ -172,14 +177,14 @@ def evaluate(measurement: LatencyMeasurement, budget: LatencyBudget) -> LatencyR
         row = ratios[stage]
         if row["in_graph_ms"] is None:
             failures.append(f"{stage} stage: no compute time measured in the graph ({budget.deployment})")
-        elif row["in_graph_ms"] > bound * row["alone_ms"] + budget.stage_allowance_ms:
+        elif row["in_graph_ms"] > budget.stage_bound_ms(stage, row["alone_ms"]):
             failures.append(f"{stage} stage compute in the graph {row['in_graph_ms']:.2f} ms, {_num(row['ratio'])}x "
                             f"its {row['alone_ms']:.2f} ms alone > {bound:.2f}x + {budget.stage_allowance_ms:.2f} ms "
                             f"({budget.deployment})")
     summary = {"deployment": budget.deployment, "end_to_end_ms": e2e, "command_period": period,
                "command_arrival_period": arrival, "stage_ratio": ratios,
                "unmatched_chunks": measurement.unmatched_chunks}
-    return LatencyResult(not failures, tuple(failures), summary)
+    return LatencyResult(not failures, tuple(failures), summary, measurement)
 
 
 def stage_ratios(measurement: LatencyMeasurement) -> dict[str, dict]:
