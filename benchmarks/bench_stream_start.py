@@ -1,19 +1,15 @@
 """The controller's command stream as it starts: the first commands after a graph comes up, over
-many starts, with the controller process's other threads (the middleware's) real-time as shipped
-and, side by side, put back to normal scheduling from outside.
+many starts.
 
-    python benchmarks/bench_stream_start.py [--configs pi05_tiny,lingbot_va] [--starts 10]
-                                            [--variants default,middleware_normal] [--no-write]
+    python benchmarks/bench_stream_start.py [--configs pi05_tiny,lingbot_va] [--starts 10] [--no-write]
 
 Each start runs `embodied-ros up CONFIG --composed --no-synthetic` (default layout: the controller in
 a process of its own at SCHED_FIFO 50) in a fresh ROS domain and probes it as the latency gate does
 (`replay/latency_probe.py`, config/budgets/two-core.yaml: stamped observations at 10 Hz until 35
-chunks came back, the command stream from its first command on). middleware_normal: as soon as the
-controller's process has put its other threads under SCHED_FIFO (three below the ticks), this
-script puts them back under SCHED_OTHER, before the first command. Per config and variant: starts
-whose stream has an interval more than 2 ms off the period in its first second, the worst such
-error, and starts whose stream fails the budget's period bounds (tick p99 2 ms, arrival p99 3 ms)
-over the gate's window. The last line printed is one JSON object with every number.
+chunks came back, the command stream from its first command on). Per config: starts whose stream
+has an interval more than 2 ms off the period in its first second, the worst such error, and
+starts whose stream fails the budget's period bounds (tick p99 2 ms, arrival p99 3 ms) over the
+gate's window. The last line printed is one JSON object with every number.
 """
 from __future__ import annotations
 
@@ -23,8 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +28,6 @@ import common  # noqa: E402
 
 CONFIGS = {"pi05_tiny": "config/pi05.yaml", "lingbot_va": "config/lingbot_va.yaml", "pi0_tiny": "config/pi0.yaml",
            "smolvla_tiny": "config/smolvla.yaml", "groot_tiny": "config/groot.yaml"}
-VARIANTS = ("default", "middleware_normal")
 SECTION = "stream_start"
 FIRST_SECOND_NS = 1_000_000_000
 
@@ -42,15 +35,13 @@ FIRST_SECOND_NS = 1_000_000_000
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", default="pi05_tiny,lingbot_va", help=f"comma-separated, of {','.join(CONFIGS)}")
-    parser.add_argument("--starts", type=int, default=10, help="starts per config and variant, alternating")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {','.join(VARIANTS)}")
+    parser.add_argument("--starts", type=int, default=10, help="starts per config")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
     args.configs = [name.strip() for name in args.configs.split(",") if name.strip()]
-    args.variants = [name.strip() for name in args.variants.split(",") if name.strip()]
-    unknown = sorted(set(args.configs) - set(CONFIGS)) + sorted(set(args.variants) - set(VARIANTS))
+    unknown = sorted(set(args.configs) - set(CONFIGS))
     if unknown:
-        parser.error(f"unknown config(s) or variant(s) {unknown}")
+        parser.error(f"unknown config(s) {unknown}; known: {sorted(CONFIGS)}")
     if args.starts < 1:
         parser.error("--starts must be >= 1")
     return args
@@ -67,44 +58,7 @@ def stream_errors(stamps_ns: list[int], period_ns: int) -> tuple[float, float]:
     return float(errors[early].max()) if early.any() else 0.0, float(errors.max())
 
 
-def controller_pid(graph_pid: int) -> int | None:
-    """The controller node's process among the graph process's children."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            status = Path(f"/proc/{entry}/status").read_text()
-            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        parent = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "")
-        if parent == str(graph_pid) and b"embodied_ros.nodes.controller" in command:
-            return int(entry)
-    return None
-
-
-def put_middleware_back(graph_pid: int, priority: int, deadline_s: float, done: dict) -> None:
-    """Wait for the controller process's threads at `priority`, then move them to SCHED_OTHER."""
-    while time.monotonic() < deadline_s:
-        pid = controller_pid(graph_pid)
-        moved = 0
-        if pid is not None:
-            for task in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    thread = int(task)
-                    if os.sched_getscheduler(thread) == os.SCHED_FIFO and \
-                            os.sched_getparam(thread).sched_priority == priority:
-                        os.sched_setscheduler(thread, os.SCHED_OTHER, os.sched_param(0))
-                        moved += 1
-                except OSError:
-                    continue
-        if moved:
-            done["moved"] = moved
-            return
-        time.sleep(0.005)
-
-
-def one_start(config_path: Path, variant: str, domain_id: int) -> dict:
+def one_start(config_path: Path, domain_id: int) -> dict:
     from embodied_ros.node_infra.config import load_config
     from embodied_ros.replay.latency import load_budget
     from embodied_ros.replay.latency_probe import measure_latency
@@ -114,10 +68,6 @@ def one_start(config_path: Path, variant: str, domain_id: int) -> dict:
     command = [sys.executable, "-m", "embodied_ros.cli.main", "up", str(config_path), "--composed", "--no-synthetic",
                "--duration", str(budget.timeout_s + 60), "--summary-period", "60", "--domain-id", str(domain_id)]
     graph = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=common.REPO_ROOT)
-    moved: dict = {}
-    if variant == "middleware_normal":
-        threading.Thread(target=put_middleware_back, daemon=True,
-                         args=(graph.pid, config.controller.realtime_priority - 3, time.monotonic() + 120, moved)).start()
     try:
         result = measure_latency(budget, config, domain_id=domain_id)
     finally:
@@ -133,8 +83,7 @@ def one_start(config_path: Path, variant: str, domain_id: int) -> dict:
             "commands": len(stamps),
             "tick_p99_ms": result.summary["command_period"]["error_ms"]["p99"],
             "arrival_p99_ms": result.summary["command_arrival_period"]["error_ms"]["p99"],
-            "period_ok": not any(f.startswith("command period") for f in result.failures),
-            "threads_moved": moved.get("moved", 0)}
+            "period_ok": not any(f.startswith("command period") for f in result.failures)}
 
 
 def main(argv=None) -> int:
@@ -142,18 +91,17 @@ def main(argv=None) -> int:
     machine = common.machine_description()
     print(f"machine: {common.machine_line(machine)}", flush=True)
     domain_id = 20 + os.getpid() % 100  # a fresh domain per start, within DDS's 0-232
-    runs: dict[tuple[str, str], list[dict]] = {}
+    runs: dict[str, list[dict]] = {}
     for name in args.configs:
         for _ in range(args.starts):
-            for variant in args.variants:
-                run = one_start(common.REPO_ROOT / CONFIGS[name], variant, domain_id)
-                domain_id = 20 + (domain_id - 19) % 200
-                runs.setdefault((name, variant), []).append(run)
-                print(json.dumps({"config": name, "variant": variant, **run}), flush=True)
+            run = one_start(common.REPO_ROOT / CONFIGS[name], domain_id)
+            domain_id = 20 + (domain_id - 19) % 200
+            runs.setdefault(name, []).append(run)
+            print(json.dumps({"config": name, **run}), flush=True)
     rows = []
-    for (name, variant), starts in runs.items():
+    for name, starts in runs.items():
         late = [run["first_second_error_ms"] for run in starts if run["first_second_error_ms"] > 2.0]
-        rows.append({"config": name, "variant": variant, "starts": len(starts),
+        rows.append({"config": name, "starts": len(starts),
                      "starts_off_by_2ms_in_first_second": len(late),
                      "their_errors_ms": "/".join(f"{value:.1f}" for value in late),
                      "starts_over_two_core_period_bounds": sum(not run["period_ok"] for run in starts),
@@ -163,7 +111,7 @@ def main(argv=None) -> int:
     if not args.no_write:
         common.write_section(common.BENCHMARKS_MD, SECTION, table + "\n\n" + NOTE, command=common.command_line(),
                              machine=common.machine_line(machine))
-    print(json.dumps({"machine": machine["cpu_model"], "rows": rows, "runs": {f"{k[0]}/{k[1]}": v for k, v in runs.items()}}))
+    print(json.dumps({"machine": machine["cpu_model"], "rows": rows, "runs": runs}))
     return 0
 
 
@@ -172,9 +120,7 @@ NOTE = ("Each start: a fresh `embodied-ros up --composed --no-synthetic` probed 
         "starts_off_by_2ms_in_first_second: starts with an interval between commands more than 2 ms off the "
         "20 ms period within the stream's first second (their_errors_ms: each such start's worst); "
         "starts_over_two_core_period_bounds: starts whose tick p99 (> 2 ms) or arrival p99 (> 3 ms) over the "
-        "window fails the budget. Variants alternate start by start. middleware_normal puts the controller "
-        "process's other threads (the middleware's and its main thread, three below the ticks) back to "
-        "SCHED_OTHER before its first command, as they ran before.")
+        "window fails the budget.")
 
 
 if __name__ == "__main__":

@@ -78,9 +78,8 @@ def _fifo_priorities(pid: int) -> list[int]:
 
 
 def test_a_controller_run_alone_ticks_at_its_priority_takes_chunks_one_below_and_reports_two_below(ros_domain_id):
-    """The threads that take the interpreter, which a tick may wait for (the ticks', the executor's:
-    also the lock; the diagnostics'), in that order; every other thread of the process (the
-    middleware's, whose locks a tick's publish takes) three below the ticks."""
+    """Only the threads that take the interpreter, which a tick may wait for (the ticks', the
+    executor's: also the lock; the diagnostics'), are real-time; the middleware's threads are not."""
     import subprocess
     import sys
     import time
@@ -99,13 +98,10 @@ def test_a_controller_run_alone_ticks_at_its_priority_takes_chunks_one_below_and
                 break
         time.sleep(0.5)  # both threads have run their preparation by now
         priorities = _fifo_priorities(process.pid)
-        threads = len(os.listdir(f"/proc/{process.pid}/task"))
     finally:
         process.terminate()
         process.wait(timeout=30)
     if "not permitted" in output:
         assert priorities == [], output
     else:
-        assert priorities[:3] == [30, 29, 28], output
-        assert priorities[3:] and set(priorities[3:]) == {27}, priorities
-        assert len(priorities) == threads, f"{threads - len(priorities)} threads left at normal priority"
+        assert priorities == [30, 29, 28], output

@@ -9,8 +9,7 @@ The controller, in a process of its own, asks for real-time scheduling (SCHED_FI
 thread that ticks, and one priority below for its executor's thread, where the system permits
 it: both sleep between ticks and chunks, so they take little, and get a core at once when one
 is due; a tick that waits for the executor's thread (the lock, the interpreter) does not also
-wait for the stages to give that thread a core back. Its other threads (the middleware's, created
-by the middleware) follow a few priorities below: a tick's publish takes the middleware's locks.
+wait for the stages to give that thread a core back.
 """
 
 from __future__ import annotations
@@ -40,15 +39,3 @@ def realtime_scheduling(priority: int) -> str:
     except (OSError, AttributeError) as error:  # EPERM without the privilege; no SCHED_FIFO on this platform
         return f"{getattr(error, 'strerror', None) or error}"
     return ""
-
-
-def realtime_other_threads(priority: int) -> None:
-    """SCHED_FIFO at `priority` for every thread of this process still under normal scheduling (the
-    middleware's receive and event threads, the process's waiting main thread). Threads they create
-    later inherit it."""
-    for name in os.listdir("/proc/self/task"):
-        try:
-            if os.sched_getscheduler(int(name)) == os.SCHED_OTHER:
-                os.sched_setscheduler(int(name), os.SCHED_FIFO, os.sched_param(priority))
-        except OSError:  # the thread ended meanwhile, or no privilege
-            continue

@@ -31,7 +31,7 @@ from embodied_ros.deploy import ActionMapping, Command, CommandLogic, JointLimit
 from embodied_ros.deploy.continuation import merge
 from embodied_ros.deploy.mapping import chunk_column_names
 from embodied_ros.deploy.messages import commanded_joint_state, float64_multi_array, joint_trajectory
-from embodied_ros.node_infra.priority import realtime_other_threads, realtime_scheduling
+from embodied_ros.node_infra.priority import realtime_scheduling
 from embodied_ros.node_infra.schedule import LockstepGate
 from embodied_ros.node_infra.spinning import PeriodicThread
 from embodied_ros.node_infra.stats import PeriodStats, diagnostic_status, reason_kind, status_values
@@ -48,7 +48,6 @@ from embodied_ros.pipeline.types import ActionChunkResult
 
 DEACTIVATED = "controller deactivated"
 TICK_SWITCH_INTERVAL_S = 0.0005
-MIDDLEWARE_BELOW_TICKS = 3  # the process's other threads: under the ticks (0), executor (1), diagnostics (2)
 WAITING_FOR_FIRST_CHUNK = "waiting for the first action chunk"  # start-up: no warning
 
 
@@ -111,10 +110,6 @@ class ControllerNode(GraphNode):
         # Python) hand the interpreter to a due tick within this, not the default 5 ms
         sys.setswitchinterval(TICK_SWITCH_INTERVAL_S)
         refused = self._realtime(below=0)
-        if not refused and self.config.controller.realtime_priority > MIDDLEWARE_BELOW_TICKS:
-            # a middleware thread at normal priority, preempted by the stages while it held a lock
-            # that a tick's publish takes, kept a publish waiting 28 ms (BENCHMARKS.md stream_start)
-            realtime_other_threads(self.config.controller.realtime_priority - MIDDLEWARE_BELOW_TICKS)
         if refused:
             priority = self.config.controller.realtime_priority
             self.get_logger().warning(f"real-time scheduling (SCHED_FIFO {priority}) not permitted: {refused}; "
