@@ -64,10 +64,7 @@ def parse_args(argv=None):
                         help="where the pi05_small bundle is made (once)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
-    args.configs = [name.strip() for name in args.configs.split(",") if name.strip()]
-    unknown = sorted(set(args.configs) - set(CHOICES))
-    if unknown:
-        parser.error(f"unknown config(s) {unknown}; known: {CHOICES}")
+    args.configs = common.chosen(parser, "--configs", args.configs, CHOICES)
     if args.repeats < 3:
         parser.error("--repeats must be >= 3")
     return args

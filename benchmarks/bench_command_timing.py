@@ -75,12 +75,8 @@ def parse_args(argv=None):
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_command_timing"))
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
-    args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if not args.configs or set(args.configs) - set(CONFIGS):
-        parser.error(f"--configs takes {', '.join(CONFIGS)}; got {args.configs}")
-    if not args.variants or set(args.variants) - set(VARIANTS):
-        parser.error(f"--variants takes {', '.join(VARIANTS)}; got {args.variants}")
+    args.configs = common.chosen(parser, "--configs", args.configs, CONFIGS)
+    args.variants = common.chosen(parser, "--variants", args.variants, VARIANTS)
     if args.duration < 5 or args.repeats < 1 or args.cycles < 1:
         parser.error("--duration must be >= 5 s, --repeats and --cycles >= 1")
     return args

@@ -38,10 +38,7 @@ def parse_args(argv=None):
     parser.add_argument("--starts", type=int, default=10, help="starts per config")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
-    args.configs = [name.strip() for name in args.configs.split(",") if name.strip()]
-    unknown = sorted(set(args.configs) - set(CONFIGS))
-    if unknown:
-        parser.error(f"unknown config(s) {unknown}; known: {sorted(CONFIGS)}")
+    args.configs = common.chosen(parser, "--configs", args.configs, CONFIGS)
     if args.starts < 1:
         parser.error("--starts must be >= 1")
     return args

@@ -244,6 +244,14 @@ def machine_line(info: dict | None = None) -> str:
 
 # ---------------------------------------------------------------- BENCHMARKS.md
 
+def chosen(parser, option: str, text: str, known) -> list[str]:
+    """A comma-separated option's names, each one of `known` (else the parser's usage error)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names or set(names) - set(known):
+        parser.error(f"{option} takes {', '.join(known)}; got {names}")
+    return names
+
+
 def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
     """rows of dicts -> a markdown table; floats get 4 significant digits, missing cells stay empty."""
     if not rows:
