@@ -3,7 +3,6 @@ print a live summary, and return a final report with rates, latencies and the co
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Sequence
@@ -71,8 +70,10 @@ def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, doma
         print_fn(f"loaded {config.bundle} ({runtime.spec.architecture}, {config.backend} kernels) in "
                  f"{time.monotonic() - loading:.1f} s")
     spec = runtime.spec
-    # with separate processes this process talks to the nodes over their transports
-    with using_dds_environment() if config.layout == "separate" else contextlib.nullcontext():
+    # the profile of the graph's child processes (the robot, the controller, separate nodes): the
+    # same transports, and announcements every 0.5 s, not 3 s, for the controller's process that
+    # joins later (without: "graph up" took 3.8 s instead of 0.7 in 1 of 8 composed starts)
+    with using_dds_environment():
         context = Context()
         rclpy.init(context=context, domain_id=domain_id)
         node_kwargs = dict(context=context, namespace=namespace)
