@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -72,15 +71,15 @@ def parse_args(argv=None):
 
 def time_after_pauses(runtime, repeats: int) -> dict[str, dict[str, float]]:
     """stage -> pause -> median ms of the call after it, on a thread of its own."""
-    from embodied_ros.pipeline.timing import sample_observation
+    from embodied_ros.pipeline.timing import on_stage_thread, sample_observation
 
     observation = sample_observation(runtime)
     noise = np.zeros(runtime.spec.noise_shape, np.float32)
     prefix = runtime.build_prefix(runtime.encode(observation), observation)
     calls = {"perception": lambda: runtime.encode(observation), "action": lambda: runtime.act(prefix, None, noise)}
-    result: dict[str, dict[str, float]] = {}
 
-    def run() -> None:
+    def run() -> dict[str, dict[str, float]]:
+        result: dict[str, dict[str, float]] = {}
         for stage, call in calls.items():
             for _ in range(5):
                 call()
@@ -93,11 +92,9 @@ def time_after_pauses(runtime, repeats: int) -> dict[str, dict[str, float]]:
                     call()
                     times.append((time.perf_counter() - start) * 1e3)
                 result[stage][pause_name] = float(np.median(times))
+        return result
 
-    thread = threading.Thread(target=run, name="after-pause")
-    thread.start()
-    thread.join()
-    return result
+    return on_stage_thread(run)
 
 
 def main(argv=None) -> int:

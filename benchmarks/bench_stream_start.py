@@ -25,9 +25,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+from bench_command_timing import CONFIGS as TIMED_CONFIGS  # noqa: E402
 
-CONFIGS = {"pi05_tiny": "config/pi05.yaml", "lingbot_va": "config/lingbot_va.yaml", "pi0_tiny": "config/pi0.yaml",
-           "smolvla_tiny": "config/smolvla.yaml", "groot_tiny": "config/groot.yaml"}
+# the shipped configs on their own bundles (a start runs `up CONFIG` as a user would, no --bundle)
+CONFIGS = {name: config_file for name, (config_file, bundle_kind) in TIMED_CONFIGS.items() if bundle_kind is None}
 SECTION = "stream_start"
 FIRST_SECOND_NS = 1_000_000_000
 

@@ -1,8 +1,11 @@
 """Each stage timed alone (the reference for the graph's stage compute times)."""
 
+import threading
 import time
 
-from embodied_ros.pipeline.timing import sample_observation, stage_times_ms
+import pytest
+
+from embodied_ros.pipeline.timing import on_stage_thread, sample_observation, stage_times_ms
 from fake_runtime import FakeRuntime
 
 
@@ -71,3 +74,9 @@ def test_a_world_episode_is_timed_past_the_runs_that_fill_it():
     assert times["world"] >= 20.0  # the two cheap first runs are not among the timed ones
     assert [stage for stage, _ in runtime.calls].count("world") == 5
     assert [stage for stage, _ in runtime.calls].count("action") == 3
+
+
+def test_work_on_a_stage_thread_returns_its_result_or_raises_its_error_here():
+    assert on_stage_thread(lambda: threading.current_thread() is not threading.main_thread()) is True
+    with pytest.raises(ZeroDivisionError):
+        on_stage_thread(lambda: 1 / 0)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable, TypeVar
 
 import numpy as np
 
 from embodied_ros.pipeline.stages import Runtime
 from embodied_ros.pipeline.types import Observation
 
+T = TypeVar("T")
 GRAPH_STAGES = ("perception", "prefix", "world", "action")  # node names of encode, build_prefix, predict_world, act
 
 
@@ -40,23 +42,30 @@ def stage_times_ms(runtime: Runtime, repeats: int = 5, observation: Observation 
     LingBot-VA's world run costs 27, 35, then 37.5 ms from the third on as its KV pool fills, and a
     graph's episode is past the first two within a second.
 
-    Not on the calling thread: with numba's OpenMP threading layer, the same calls from the main
-    thread of a loaded 2-core machine took 5-10x as long as from any other thread."""
+    Not on the calling thread (`on_stage_thread`)."""
     observation = observation or sample_observation(runtime)
+    runs = on_stage_thread(lambda: _time_stages(runtime, repeats, observation, period_s))
+    return {stage: float(np.median(values)) for stage, values in runs.items()}
+
+
+def on_stage_thread(work: Callable[[], T]) -> T:
+    """`work()` run on a thread of its own, as a graph stage runs on its executor's thread; its
+    result, or its exception re-raised here. With numba's OpenMP threading layer, the same calls
+    from the main thread of a loaded 2-core machine took 5-10x as long as from any other thread."""
     outcome: dict[str, object] = {}
 
-    def timed() -> None:
+    def run() -> None:
         try:
-            outcome["runs"] = _time_stages(runtime, repeats, observation, period_s)
+            outcome["result"] = work()
         except BaseException as error:  # re-raised on the caller's thread
             outcome["error"] = error
 
-    thread = threading.Thread(target=timed, name="stage-timing")
+    thread = threading.Thread(target=run, name="stage-timing")
     thread.start()
     thread.join()
     if "error" in outcome:
         raise outcome["error"]
-    return {stage: float(np.median(values)) for stage, values in outcome["runs"].items()}
+    return outcome["result"]
 
 
 def _time_stages(runtime: Runtime, repeats: int, observation: Observation,
