@@ -1,12 +1,12 @@
-"""A stand-in for `pycuda.driver` that runs launches in numba's CUDA simulator.
+"""A stand-in for `embodied_ros.kernels.cuda.driver` that runs launches in numba's CUDA simulator.
 
 With it the cuda backend's real launch path (`cuda.launch.GpuDevice`) runs without a GPU: device
-memory is host memory at made-up addresses, `module_from_buffer` keeps the PTX, and `prepared_call`
-reads the parameter buffer back at the offsets the PTX entry declares (not the packer's own idea of
-them), rebuilds each array from its data pointer, shape and strides, and runs the kernel's Python
-source in the simulator. A packer that put any field in the wrong place gives wrong arrays, and so
-wrong results. `install()` must run, with NUMBA_ENABLE_CUDASIM=1 set, before anything imports
-pycuda or numba.cuda.
+memory is host memory at made-up addresses, `load_module` keeps the PTX, and `launch` reads the
+parameter buffer back at the offsets the PTX entry declares (not the packer's own idea of them),
+rebuilds each array from its data pointer, shape and strides, and runs the kernel's Python source in
+the simulator. A packer that put any field in the wrong place gives wrong arrays, and so wrong
+results. `install()` must run, with NUMBA_ENABLE_CUDASIM=1 set, before anything imports the
+launcher or numba.cuda.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import bisect
 import itertools
 import sys
 import threading
-import types
 
 import numpy as np
 
@@ -56,84 +55,58 @@ class _Memory:
 
 _memory = _Memory()
 _launches: list[str] = []
-_threads = threading.local()  # like CUDA, a context is current per thread
+_threads = threading.local()  # like CUDA, a GPU is current per thread
 
 
-def _require_context(call: str) -> None:
-    if not getattr(_threads, "context", None):
-        raise Error(f"{call}: CUDA_ERROR_INVALID_CONTEXT (no context is current in this thread)")
+def _require_current(call: str) -> None:
+    if getattr(_threads, "device", None) is None:
+        raise Error(f"{call}: CUDA_ERROR_INVALID_CONTEXT (no GPU is current in this thread)")
 
 
-class _Allocation:
-    def __init__(self, nbytes: int) -> None:
-        _require_context("cuMemAlloc")
-        self.address = _memory.allocate(nbytes)
-
-    def __int__(self) -> int:
-        return self.address
-
-    __index__ = __int__
+def device_count() -> int:
+    return 1
 
 
-class DeviceMemoryPool:
-    def allocate(self, nbytes: int) -> _Allocation:
-        return _Allocation(nbytes)
+def make_current(ordinal: int) -> None:
+    if ordinal != 0:
+        raise Error(f"cudaSetDevice({ordinal}): invalid device ordinal")
+    _threads.device = ordinal
 
 
-def mem_alloc(nbytes: int) -> _Allocation:
-    return _Allocation(nbytes)
+def open_device(ordinal: int) -> tuple[str, tuple[int, int], int]:
+    make_current(ordinal)
+    return "numba CUDA simulator", COMPUTE_CAPABILITY, 13000
 
 
-def memcpy_htod(dest, src: np.ndarray) -> None:
-    _require_context("cuMemcpyHtoD")
-    raw = np.ascontiguousarray(src).view(np.uint8).reshape(-1)
-    _memory.bytes_at(int(dest), raw.size)[:] = raw
+def allocate(nbytes: int):
+    _require_current("cudaMalloc")
+    if nbytes <= 0:
+        raise Error("cudaMalloc: size must be positive")
+    pointer = _memory.allocate(nbytes)
+    return pointer, pointer
 
 
-def memcpy_dtoh(dest: np.ndarray, src) -> None:
-    _require_context("cuMemcpyDtoH")
-    raw = dest.view(np.uint8).reshape(-1)
-    raw[:] = _memory.bytes_at(int(src), raw.size)
+def copy_to_device(pointer: int, array: np.ndarray) -> None:
+    _require_current("cudaMemcpy")
+    raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+    _memory.bytes_at(int(pointer), raw.size)[:] = raw
 
 
-class _Context:
-    def push(self) -> None:
-        _threads.context = getattr(_threads, "context", 0) + 1
-
-    def pop(self) -> None:
-        _require_context("cuCtxPopCurrent")
-        _threads.context -= 1
+def copy_to_host(array: np.ndarray, pointer: int) -> None:
+    _require_current("cudaMemcpy")
+    raw = array.view(np.uint8).reshape(-1)
+    raw[:] = _memory.bytes_at(int(pointer), raw.size)
 
 
-class Context:
-    @staticmethod
-    def synchronize() -> None:
-        _require_context("cuCtxSynchronize")
-
-
-class Device:
-    def __init__(self, ordinal: int) -> None:
-        self.ordinal = ordinal
-
-    @staticmethod
-    def count() -> int:
-        return 1
-
-    def name(self) -> str:
-        return "numba CUDA simulator"
-
-    def compute_capability(self) -> tuple[int, int]:
-        return COMPUTE_CAPABILITY
-
-    def retain_primary_context(self) -> _Context:
-        return _Context()
+def synchronize() -> None:
+    _require_current("cudaDeviceSynchronize")
 
 
 class Event:
     def __init__(self) -> None:
-        _require_context("cuEventCreate")
+        _require_current("cudaEventCreate")
 
-    def record(self, stream=None) -> "Event":
+    def record(self) -> "Event":
         import time
         self.at = time.perf_counter()
         return self
@@ -143,14 +116,6 @@ class Event:
 
     def time_till(self, other: "Event") -> float:
         return (other.at - self.at) * 1e3
-
-
-def init() -> None:
-    pass
-
-
-def get_driver_version() -> int:
-    return 13000
 
 
 class _Function:
@@ -164,20 +129,10 @@ class _Function:
         if len(matches) != 1:
             raise Error(f"the PTX of entry {name} matches {len(matches)} declared kernels")
         self.kernel = matches[0]
-        self.format = None
 
-    def prepare(self, arg_types) -> "_Function":
-        # pycuda concatenates the struct codes of the argument types; strings are taken as they are
-        if not all(isinstance(t, str) for t in arg_types):
-            raise Error("this stand-in only takes struct format strings as argument types")
-        self.format = "".join(arg_types)
-        return self
-
-    def prepared_call(self, grid, block, buffer: bytes, shared_size: int = 0) -> None:
+    def run(self, grid, block, buffer: bytes, shared_size: int = 0) -> None:
         from embodied_ros.kernels.cuda.abi import param_offsets, unpack_arguments
-        _require_context("cuLaunchKernel")
-        if self.format != f"{len(buffer)}s":
-            raise Error(f"prepared with {self.format!r}, called with {len(buffer)} bytes")
+        _require_current("cuLaunchKernel")
         layout_end = param_offsets(self.params)[-1] + self.params[-1].size
         if len(buffer) != layout_end:
             raise Error(f"parameter buffer of {len(buffer)} bytes; the PTX entry takes {layout_end}")
@@ -208,16 +163,21 @@ class _Function:
 class _Module:
     def __init__(self, buffer: bytes) -> None:
         if not buffer.endswith(b"\0"):
-            raise Error("cuModuleLoadDataEx: PTX must be NUL-terminated")
+            raise Error("cuModuleLoadData: PTX must be NUL-terminated")
         self.ptx = buffer[:-1].decode()
 
-    def get_function(self, name: str) -> _Function:
-        return _Function(self.ptx, name)
+
+def load_module(image: bytes) -> _Module:
+    _require_current("cuModuleLoadData")
+    return _Module(image)
 
 
-def module_from_buffer(buffer: bytes) -> _Module:
-    _require_context("cuModuleLoadDataEx")
-    return _Module(buffer)
+def get_function(module: _Module, name: str) -> _Function:
+    return _Function(module.ptx, name)
+
+
+def launch(function: _Function, grid, block, buffer: bytes, shared_bytes: int = 0) -> None:
+    function.run(grid, block, buffer, shared_bytes)
 
 
 def launched_kernels() -> list[str]:
@@ -226,9 +186,5 @@ def launched_kernels() -> list[str]:
 
 
 def install() -> None:
-    """Make `import pycuda.driver` give this module."""
-    package = types.ModuleType("pycuda")
-    package.__path__ = []
-    package.driver = sys.modules[__name__]
-    sys.modules["pycuda"] = package
-    sys.modules["pycuda.driver"] = sys.modules[__name__]
+    """Make `embodied_ros.kernels.cuda.driver` this module."""
+    sys.modules["embodied_ros.kernels.cuda.driver"] = sys.modules[__name__]

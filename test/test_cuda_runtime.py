@@ -17,9 +17,10 @@ from embodied_ros.kernels.quant import random_quant_tensor
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_kernel_modules_import_without_pycuda_and_open_no_gpu():
+def test_kernel_modules_import_without_cupy_and_open_no_gpu():
     code = ("import sys; from embodied_ros.kernels import registry; registry.KernelSet('cuda'); "
-            "print(sorted(m for m in sys.modules if m.startswith('pycuda') or m.endswith('kernels.cuda.launch')))")
+            "print(sorted(m for m in sys.modules if m.startswith('cupy') or m.endswith(('kernels.cuda.launch', "
+            "'kernels.cuda.driver'))))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
@@ -30,9 +31,9 @@ def test_a_cuda_op_runs_or_says_what_is_missing():
     x, w = np.ones((2, 4), np.float32), np.zeros(4, np.float32)
     try:
         gpu()
-    except CudaUnavailable as error:  # this machine: no pycuda, no driver
-        assert "NVIDIA GPU with its driver and pycuda" in str(error)
-        with pytest.raises(CudaUnavailable, match="pip install pycuda"):
+    except CudaUnavailable as error:  # this machine: no CuPy, no driver
+        assert "NVIDIA GPU with its driver and CuPy" in str(error)
+        with pytest.raises(CudaUnavailable, match="pip install cupy-cuda12x or cupy-cuda13x"):
             ks.rms_norm(x, w, 1e-6)
     else:  # a machine with a GPU
         np.testing.assert_allclose(ks.rms_norm(x, w, 1e-6), registry.reference_of("rms_norm").fn(x, w, 1e-6),

@@ -5,7 +5,8 @@ the signature fixes every argument's type (float32 C-contiguous arrays of a give
 each kernel has exactly one compiled form per GPU architecture. Nothing is compiled at import:
 `CudaKernel.ptx(cc)` runs numba's `compile_ptx` for compute capability `cc` on first use and keeps
 the PTX in memory and in a disk cache (`cache_dir()`), so a robot compiles each kernel once, ever.
-The PTX is loaded and launched by pycuda (`cuda/launch.py`); numba's own driver is never used.
+The PTX is loaded and launched through CuPy's driver calls (`cuda/launch.py`); numba's own driver is
+never used.
 
 In numba's CUDA simulator (`NUMBA_ENABLE_CUDASIM=1`, set before numba.cuda is imported) the same
 Python functions run on the CPU, which is how the kernels are tested on machines without a GPU.
@@ -24,11 +25,15 @@ from types import SimpleNamespace
 from typing import Callable
 
 import numba
+import numpy as np
 
 try:  # numba.cuda imports without a GPU or driver; the guard keeps kernel modules importable regardless
     from numba import cuda
 except ImportError:  # pragma: no cover - numba built without its CUDA target
     cuda = None
+
+if not hasattr(np, "row_stack"):  # numpy >= 2.5 dropped it; numba-cuda releases before that overload it when compiling
+    np.row_stack = np.vstack
 
 CACHE_ENV = "EMBODIED_ROS_CUDA_CACHE"
 # Architectures the kernels are checked for: Jetson Orin (sm_87) and Hopper (sm_90); PTX for a lower
@@ -124,7 +129,7 @@ def cuda_kernel(signature: str, threads: int) -> Callable[[Callable], CudaKernel
 @contextmanager
 def _device_functions_compiled_for(cc: tuple[int, int]):
     """numba compiles the device functions a kernel calls for "the current device", which it asks its
-    own driver for: there is none without a GPU, and with one it would open a context beside pycuda's.
+    own driver for: there is none without a GPU, and with one it would open a context of its own.
     The architecture is known here, so answer with it while compiling."""
     from numba.cuda import dispatcher
     original = dispatcher.get_current_device

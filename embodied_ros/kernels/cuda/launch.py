@@ -1,32 +1,26 @@
-"""The only code of the cuda backend that talks to a GPU: pycuda's driver API.
+"""The only code of the cuda backend that talks to a GPU, through `cuda.driver` (CuPy's driver calls).
 
-Imported on the first GPU call (`cuda.runtime.gpu()`), never by the registry. A `GpuDevice` holds
-the primary context of one GPU, a memory pool, and the kernels loaded so far: each kernel's PTX for
-this GPU's compute capability (`CudaKernel.ptx`) is loaded with `module_from_buffer` (the driver
-JIT-compiles it) and launched with a parameter buffer in numba's kernel ABI (`cuda/abi.py`). Kernels
-written in CUDA C (`cuda.gemm.NativeKernel`) come as a fatbin that nvcc built for this GPU, loaded
-the same way, and take a buffer of plain C parameters. Launches go to the default stream, so copies
-back to the host wait for them. A CUDA context is current per thread: every call makes the GPU's
-primary context current in the calling thread first, so ops may run in any thread (e.g. inference
-beside the ROS executor).
+Imported on the first GPU call (`cuda.runtime.gpu()`), never by the registry. A `GpuDevice` holds one
+GPU, its memory (CuPy's pool), and the kernels loaded so far: each kernel's PTX for this GPU's compute
+capability (`CudaKernel.ptx`) is loaded as a module (the driver JIT-compiles it) and launched with a
+parameter buffer in numba's kernel ABI (`cuda/abi.py`). Kernels written in CUDA C
+(`cuda.gemm.NativeKernel`) come as a fatbin that nvcc built for this GPU, loaded the same way, and take
+a buffer of plain C parameters. Launches go to the default stream, so copies back to the host wait for
+them. The GPU is made current per thread before each call, so ops may run in any thread (e.g.
+inference beside the ROS executor).
 """
 
 from __future__ import annotations
 
-import atexit
 import re
 import threading
 
 import numpy as np
 
-from embodied_ros.kernels.cuda.abi import buffer_size, entry_params, pack_arguments
+from embodied_ros.kernels.cuda import driver
+from embodied_ros.kernels.cuda.abi import entry_params, pack_arguments
 from embodied_ros.kernels.cuda.compiler import CudaKernel
 from embodied_ros.kernels.cuda.runtime import INSTALL_HINT, CudaUnavailable, DeviceTensor
-
-try:
-    import pycuda.driver as driver
-except ImportError as error:  # pycuda missing, or libcuda.so.1 (the driver) missing
-    raise CudaUnavailable(f"{INSTALL_HINT}; importing pycuda.driver failed: {error}") from error
 
 
 def _dim3(dims) -> tuple[int, int, int]:
@@ -38,37 +32,20 @@ class GpuDevice:
     """One GPU: memory, transfers, kernel loading and launches."""
 
     def __init__(self, ordinal: int = 0) -> None:
-        try:
-            driver.init()
-            count = driver.Device.count()
-        except driver.Error as error:
-            raise CudaUnavailable(f"{INSTALL_HINT}; the CUDA driver did not start: {error}") from error
+        count = driver.device_count()
         if not 0 <= ordinal < count:
             raise CudaUnavailable(f"{INSTALL_HINT}; GPU {ordinal} requested, {count} present")
-        self._device = driver.Device(ordinal)
-        self._context = self._device.retain_primary_context()
+        self.ordinal = ordinal
         self._threads = threading.local()
-        self._make_current()
-        atexit.register(self._release)
-        self.name = self._device.name()
-        self.compute_capability = tuple(int(n) for n in self._device.compute_capability())
-        self.driver_version = driver.get_driver_version()  # e.g. 12040 for CUDA 12.4
-        self._pool = driver.DeviceMemoryPool()
+        self.name, self.compute_capability, self.driver_version = driver.open_device(ordinal)  # e.g. 12040: CUDA 12.4
+        self._threads.current = True
         self._functions: dict[int, object] = {}
-        self._modules: list[object] = []
         self._native_modules: dict[str, object] = {}  # CUDA C source file -> loaded fatbin
 
     def _make_current(self) -> None:
         if not getattr(self._threads, "current", False):
-            self._context.push()
+            driver.make_current(self.ordinal)
             self._threads.current = True
-
-    def _release(self) -> None:
-        if getattr(self._threads, "current", False):  # the exiting thread's push; others end with it
-            try:
-                self._context.pop()
-            except driver.Error:
-                pass
 
     # ---- memory ---------------------------------------------------------------------------------
 
@@ -79,21 +56,21 @@ class GpuDevice:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes == 0:  # nothing to point at; kernels never read it
             return DeviceTensor(shape, dtype, 0, None, self)
-        allocation = self._pool.allocate(nbytes)
-        return DeviceTensor(shape, dtype, int(allocation), allocation, self)
+        pointer, owner = driver.allocate(nbytes)
+        return DeviceTensor(shape, dtype, pointer, owner, self)
 
     def upload(self, array: np.ndarray) -> DeviceTensor:
         array = np.ascontiguousarray(array)
         tensor = self.empty(array.shape, array.dtype)
         if tensor.nbytes:
-            driver.memcpy_htod(tensor.pointer, array)
+            driver.copy_to_device(tensor.pointer, array)
         return tensor
 
     def download(self, tensor: DeviceTensor) -> np.ndarray:
         self._make_current()
         out = np.empty(tensor.shape, tensor.dtype)
         if tensor.nbytes:
-            driver.memcpy_dtoh(out, tensor.pointer)
+            driver.copy_to_host(out, tensor.pointer)
         return out
 
     # ---- kernels --------------------------------------------------------------------------------
@@ -103,9 +80,8 @@ class GpuDevice:
         if int(np.prod(_dim3(block))) > kernel.threads:
             raise ValueError(f"{kernel.name} is built for blocks of at most {kernel.threads} threads, got {block}")
         self._make_current()
-        function = self._function(kernel)
-        buffer = pack_arguments(kernel.arg_types, args)
-        function.prepared_call(_dim3(grid), _dim3(block), buffer, shared_size=shared_bytes)
+        driver.launch(self._function(kernel), _dim3(grid), _dim3(block), pack_arguments(kernel.arg_types, args),
+                      shared_bytes)
 
     def load(self, kernels: list[CudaKernel]) -> None:
         """Compile (or read from the PTX cache) and load kernels now, so that no later call compiles."""
@@ -119,12 +95,10 @@ class GpuDevice:
             ptx = kernel.ptx(self.compute_capability)
             name, _ = entry_params(ptx)
             try:
-                module = driver.module_from_buffer(ptx.encode() + b"\0")
+                module = driver.load_module(ptx.encode() + b"\0")  # loaded for the life of the process
             except driver.Error as error:
                 raise RuntimeError(self._load_failure(kernel, ptx, error)) from error
-            function = module.get_function(name)
-            function.prepare([f"{buffer_size(kernel.arg_types)}s"])  # one argument: the packed buffer, as bytes
-            self._modules.append(module)  # loaded for the life of the device
+            function = driver.get_function(module, name)
             self._functions[id(kernel)] = function
         return function
 
@@ -133,7 +107,7 @@ class GpuDevice:
         if int(np.prod(_dim3(block))) > kernel.threads:
             raise ValueError(f"{kernel.name} is built for blocks of at most {kernel.threads} threads, got {block}")
         self._make_current()
-        self._native_function(kernel).prepared_call(_dim3(grid), _dim3(block), buffer, shared_size=shared_bytes)
+        driver.launch(self._native_function(kernel), _dim3(grid), _dim3(block), buffer, shared_bytes)
 
     def load_native(self, kernels: list) -> None:
         """Build (nvcc, on first use) and load CUDA C kernels now."""
@@ -148,15 +122,14 @@ class GpuDevice:
             if module is None:
                 image = kernel.image(self.compute_capability)
                 try:
-                    module = driver.module_from_buffer(image)
+                    module = driver.load_module(image)
                 except driver.Error as error:
                     major, minor = divmod(self.driver_version // 10, 100)
                     raise RuntimeError(f"the CUDA driver (CUDA {major}.{minor}) could not load {kernel.source} as "
                                        f"built for sm_{self.compute_capability[0]}{self.compute_capability[1]}: "
                                        f"{error}") from error
                 self._native_modules[kernel.source] = module
-            function = module.get_function(kernel.entry)
-            function.prepare([f"{kernel.buffer_size}s"])
+            function = driver.get_function(module, kernel.entry)
             self._functions[id(kernel)] = function
         return function
 
@@ -171,7 +144,7 @@ class GpuDevice:
 
     def synchronize(self) -> None:
         self._make_current()
-        driver.Context.synchronize()
+        driver.synchronize()
 
     def event(self):
         """A CUDA event (record(), synchronize(), time_till(other) in ms) for timing kernels."""

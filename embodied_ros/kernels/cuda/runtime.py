@@ -6,8 +6,8 @@ Every cuda op accepts numpy arrays, `DeviceTensor`s, or a mix:
     uploads its blocks and stays a `QuantTensor`) and keep activations on the GPU between ops;
   - the result follows the op's first argument (the activation): a `DeviceTensor` in gives a
     `DeviceTensor` out, a numpy array in gives a numpy array out.
-The GPU itself (pycuda context, memory pool, loaded kernels) is `gpu()`, opened on first use; this
-module imports without pycuda or a driver.
+The GPU itself (memory, loaded kernels) is `gpu()`, opened on first use through CuPy's driver calls;
+this module imports without CuPy or a driver.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import numpy as np
 
 from embodied_ros.kernels.quant import QuantTensor
 
-INSTALL_HINT = ("the cuda backend needs an NVIDIA GPU with its driver and pycuda (pip install pycuda; "
-                "see docs/cuda.md for building it against a CUDA toolkit)")
+INSTALL_HINT = ("the cuda backend needs an NVIDIA GPU with its driver and CuPy built for its CUDA version "
+                "(pip install cupy-cuda12x or cupy-cuda13x; docs/cuda.md)")
 
 
 class CudaUnavailable(RuntimeError):
-    """No usable GPU: pycuda missing, no driver, or no device."""
+    """No usable GPU: CuPy missing, no driver, or no device."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,7 +105,7 @@ def gpu():
             try:
                 from embodied_ros.kernels.cuda import launch
             except ImportError as error:
-                raise CudaUnavailable(f"{INSTALL_HINT}; importing pycuda failed: {error}") from error
+                raise CudaUnavailable(f"{INSTALL_HINT}; importing the launcher failed: {error}") from error
             _gpu = launch.GpuDevice()
         return _gpu
 
