@@ -143,6 +143,8 @@ class PaliGemmaPrefix:
                                    layout.attention_bias(pad), builder, full_last_layer=full_lm)
         return builder.seal(pad, stamp_ns), hidden
 
+    cache_from_tensors = staticmethod(PrefixCache.from_tensors)
+
     def checked_noise(self, noise: np.ndarray, cache: PrefixCache) -> np.ndarray:
         expected = (self.config.chunk_size, self.config.max_action_dim)
         noise = np.asarray(noise, dtype=np.float32)

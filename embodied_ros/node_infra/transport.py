@@ -68,6 +68,8 @@ def array_to_tensor(name: str, value: np.ndarray | str) -> Tensor:
     if isinstance(value, str):
         raw, dtype, shape = value.encode("utf-8"), UTF8, []
     else:
+        if hasattr(value, "__cuda_array_interface__"):  # a GPU array (a device runtime's cache): copied to the host
+            value = value.get()
         value = np.ascontiguousarray(value)
         raw, dtype, shape = value.tobytes(), value.dtype.name, list(value.shape)
     data = array.array("B")

@@ -18,7 +18,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from embodied_ros.backbone.prefix_cache import PrefixCache
 from embodied_ros.models.pi05.config import Pi05Config
 from embodied_ros.models.pi05.model import Pi05Model
 from embodied_ros.pipeline.noise import stage_noise
@@ -56,7 +55,7 @@ class Pi05Runtime:
                    backend: str = "numba") -> "Pi05Runtime":
         stats = stats or {}
         tokenizer = None if tokenizer_model is None else PromptTokenizer(tokenizer_model, config.tokenizer_max_length)
-        return cls(Pi05Model(config, weights, backend), tokenizer, normalizer_of(stats.get("state")),
+        return cls(model_for(config, weights, backend), tokenizer, normalizer_of(stats.get("state")),
                    normalizer_of(stats.get("action")))
 
     # ---- perception ------------------------------------------------------------------------
@@ -99,7 +98,7 @@ class Pi05Runtime:
     def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
             continuation: ChunkContinuation | None = None) -> ActionChunkResult:
         family_kit.require_stage(prefix, "prefix", "act")
-        cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
+        cache = self.model.cache_from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
         raw_state = prefix.tensors.get("state")
         guidance = family_kit.continuation_guidance(continuation, raw_state, self.config, self.action_stats)
@@ -110,6 +109,15 @@ class Pi05Runtime:
     def to_physical(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
         """Model-space actions [C, action_dim] -> physical units (de-normalized, relative made absolute)."""
         return family_kit.physical_actions(actions, raw_state, self.config, self.action_stats)
+
+
+def model_for(config: Pi05Config, weights: Mapping[str, Any], backend: str):
+    """The model on `backend`: on "cuda" the device-resident one (gpu/pi05.py), else on a kernel set."""
+    if backend == "cuda":
+        from embodied_ros.gpu import cuda_engine
+        from embodied_ros.gpu.pi05 import DevicePi05Model
+        return DevicePi05Model(config, weights, cuda_engine())
+    return Pi05Model(config, weights, backend)
 
 
 def config_of(bundle) -> Pi05Config:

@@ -148,6 +148,8 @@ class SmolVLAModel:
                                    prefix_attention_bias(valid), builder, full_last_layer=full_lm)
         return builder.seal(valid, stamp_ns), hidden
 
+    cache_from_tensors = staticmethod(PrefixCache.from_tensors)
+
     # ---- actions ---------------------------------------------------------------------------
 
     def suffix_context(self, cache: PrefixCache) -> interleaved_expert.SuffixContext:

@@ -18,7 +18,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from embodied_ros.backbone.prefix_cache import PrefixCache
 from embodied_ros.models import family_kit
 from embodied_ros.models.smolvla.config import SmolVLAConfig
 from embodied_ros.models.smolvla.model import SmolVLAModel
@@ -69,7 +68,7 @@ class SmolVLARuntime:
 
         stats = stats or {}
         tokenizer = None if tokenizer_json is None else SmolVLATokenizer(tokenizer_json, config.tokenizer_max_length)
-        return cls(SmolVLAModel(config, weights, backend), tokenizer, normalizer_of(stats.get("state")),
+        return cls(model_for(config, weights, backend), tokenizer, normalizer_of(stats.get("state")),
                    normalizer_of(stats.get("action")))
 
     # ---- perception ------------------------------------------------------------------------
@@ -115,13 +114,22 @@ class SmolVLARuntime:
     def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
             continuation: ChunkContinuation | None = None) -> ActionChunkResult:
         family_kit.require_stage(prefix, "prefix", "act")
-        cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
+        cache = self.model.cache_from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
         guidance = family_kit.continuation_guidance(continuation, None, self.config, self.action_stats)
         actions = self.model.sample_actions(cache, noise, guidance)[:, : self.config.action_dim]
         return ActionChunkResult(prefix.stamp_ns, family_kit.physical_actions(actions, None, self.config,
                                                                               self.action_stats),
                                  self.config.action_period_s, self.config.action_names)
+
+
+def model_for(config: SmolVLAConfig, weights: Mapping[str, Any], backend: str):
+    """The model on `backend`: on "cuda" the device-resident one (gpu/smolvla.py), else on a kernel set."""
+    if backend == "cuda":
+        from embodied_ros.gpu import cuda_engine
+        from embodied_ros.gpu.smolvla import DeviceSmolVLAModel
+        return DeviceSmolVLAModel(config, weights, cuda_engine())
+    return SmolVLAModel(config, weights, backend)
 
 
 def model_spec(config: SmolVLAConfig) -> ModelSpec:
