@@ -27,7 +27,7 @@ gpu_check = sys.modules.setdefault("benchmarks_gpu_check", importlib.util.module
 _spec.loader.exec_module(gpu_check)
 
 CUDA_OPS = sorted(op for op in registry.ops() if "cuda" in registry.implementations(op))
-GPU_CHECK_ARGS = ["--tiny", "--repeats", "2", "--host-repeats", "1", "--only", "rope"]
+GPU_CHECK_ARGS = ["--tiny", "--repeats", "2", "--host-repeats", "1", "--only", "rope", "--sections", "kernel_set"]
 _RUNNER = f"""
 import sys
 sys.path[:0] = [{str(TEST_DIR)!r}, {str(REPO / 'benchmarks')!r}]
@@ -103,10 +103,11 @@ def test_ops_chain_on_device_without_leaving_it(simulated):
 def test_gpu_check_runs_through_the_launcher(simulated):
     _, report, exit_code = simulated
     assert exit_code == 0 and report["ok"]
-    assert report["sizes"] == "tiny" and report["compute_capability"] == [9, 0]
-    names = [c["case"] for c in report["cases"]]
+    section = report["kernel_set"]
+    assert report["sizes"] == "tiny" and section["compute_capability"] == [9, 0]
+    names = [c["case"] for c in section["cases"]]
     assert any("rope q" in n for n in names) and any("rope_pairs" in n for n in names)
-    for case in report["cases"]:
+    for case in section["cases"]:
         assert case["max_abs_err"] <= case["tolerance"]["atol"] + 1e-3
         assert case["device_ms"] > 0 and case["host_ms"] > 0
 
