@@ -241,7 +241,7 @@ class ComputeConfig:
 @dataclass(frozen=True)
 class GraphConfig:
     bundle: str = _doc("model bundle file (relative paths are taken from the config file's folder)", "")
-    backend: str = _doc("kernel backend: numba (CPU), numpy (reference, slow) or cuda", "numba")
+    backend: str = _doc("kernel backend: numba (CPU), numpy (reference, slow) or cuda (NVIDIA GPU, CuPy)", "numba")
     layout: str = _doc("composed: all nodes in one process; separate: one process per node", "composed")
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
