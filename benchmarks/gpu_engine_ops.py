@@ -10,7 +10,6 @@ outputs pass within 8e-3, float32 outputs within 1e-4 (probabilities: 4e-3 absol
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 

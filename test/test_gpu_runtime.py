@@ -50,30 +50,23 @@ def actions(model, family: str, cases: dict, k: int, action_dim: int) -> np.ndar
     return model.sample_actions(parity.model_prefix(model, cases, f"case{k}"), cases[f"case{k}_noise"])[:, :action_dim]
 
 
-@pytest.mark.parametrize("folder", PI05_SETS, ids=[p.name for p in PI05_SETS])
-def test_pi05_device_math_equals_the_cpu_runtime_in_float32_and_stays_within_bf16_tolerance(folder):
-    config, weights, cases = record(folder)
-    reference = Pi05Model(config, weights, "numpy")
-    exact = DevicePi05Model(config, weights, HostEngine(exact=True))
-    rounding = DevicePi05Model(config, weights, HostEngine())
-    for k in range(case_count(cases)):
-        expected = actions(reference, "pi05", cases, k, config.action_dim)
-        assert np.abs(actions(exact, "pi05", cases, k, config.action_dim) - expected).max() < EXACT
-        bf16_error = np.abs(actions(rounding, "pi05", cases, k, config.action_dim) - cases[f"case{k}_actions"]).max()
+FAMILIES = {"pi05": (record, Pi05Model, DevicePi05Model), "smolvla": (smolvla_record, SmolVLAModel,
+                                                                           DeviceSmolVLAModel)}
+SETS = [("pi05", folder) for folder in PI05_SETS] + [("smolvla", folder) for folder in SMOLVLA_SETS]
+
+
+@pytest.mark.parametrize("family,folder", SETS, ids=[f"{family}-{folder.name}" for family, folder in SETS])
+def test_device_math_equals_the_cpu_runtime_in_float32_and_stays_within_bf16_tolerance(family, folder):
+    load, cpu_model, device_model = FAMILIES[family]
+    config, weights, cases = load(folder)
+    reference = cpu_model(config, weights, "numpy")
+    exact = device_model(config, weights, HostEngine(exact=True))
+    rounding = device_model(config, weights, HostEngine())
+    for k in range(len({name.split("_")[0] for name in cases if name.endswith("_noise")})):
+        expected = actions(reference, family, cases, k, config.action_dim)
+        assert np.abs(actions(exact, family, cases, k, config.action_dim) - expected).max() < EXACT
+        bf16_error = np.abs(actions(rounding, family, cases, k, config.action_dim) - cases[f"case{k}_actions"]).max()
         assert 1e-4 < bf16_error < TOLERANCES["bf16"], f"case {k}: {bf16_error}"  # rounded, and within the bundle's
-
-
-@pytest.mark.parametrize("folder", SMOLVLA_SETS, ids=[p.name for p in SMOLVLA_SETS])
-def test_smolvla_device_math_equals_the_cpu_runtime_in_float32_and_stays_within_bf16_tolerance(folder):
-    config, weights, cases = smolvla_record(folder)
-    reference = SmolVLAModel(config, weights, "numpy")
-    exact = DeviceSmolVLAModel(config, weights, HostEngine(exact=True))
-    rounding = DeviceSmolVLAModel(config, weights, HostEngine())
-    for k in range(len({n.split("_")[0] for n in cases if n.endswith("_noise")})):
-        expected = actions(reference, "smolvla", cases, k, config.action_dim)
-        assert np.abs(actions(exact, "smolvla", cases, k, config.action_dim) - expected).max() < EXACT
-        bf16_error = np.abs(actions(rounding, "smolvla", cases, k, config.action_dim) - cases[f"case{k}_actions"]).max()
-        assert 1e-4 < bf16_error < TOLERANCES["bf16"], f"case {k}: {bf16_error}"
 
 
 def test_a_replayed_solve_and_perception_give_what_the_first_run_gave():

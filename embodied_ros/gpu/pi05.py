@@ -21,9 +21,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.backbone.paligemma import TOKEN_EMBEDDING, take_rows
-from embodied_ros.backbone.siglip import patchify
 from embodied_ros.gpu import layers
-from embodied_ros.gpu.captured import Captured
+from embodied_ros.gpu.device_vla import DeviceVLA
 from embodied_ros.gpu.flow_solve import ExpertBuffers, FlowSolve
 from embodied_ros.gpu.layers import F32, DecoderDims, DevicePrefixCache, VisionDims
 from embodied_ros.heads import adarms_expert, flow, rtc
@@ -53,11 +52,11 @@ def half_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.
     return np.ascontiguousarray(cos[:, :half]), np.ascontiguousarray(sin[:, :half])
 
 
-class DevicePi05Model:
+class DevicePi05Model(DeviceVLA):
     def __init__(self, config: Pi05Config, weights: Mapping[str, Any], engine) -> None:
         check_weights(weights, config)
-        self.config = config
-        self.engine = engine
+        tokens = config.vision.tokens_per_camera
+        super().__init__(config, engine, len(config.camera_names), tokens, tokens)
         cfg = config
         with engine.active():
             w = layers.device_weights(engine, weights, is_linear_weight, keep_on_host=(TOKEN_EMBEDDING,),
@@ -73,7 +72,6 @@ class DevicePi05Model:
             self.key_mask = buffers.add_input(engine, "key_mask", (1, cfg.max_prefix_len + cfg.chunk_size))
             self.solve = FlowSolve(engine, buffers, self._velocity, cfg.num_inference_steps, w["action_out.weight"],
                                    w["action_out.bias"])
-        self._perceptions: dict[int, Captured] = {}
 
     # ---- weights ----------------------------------------------------------------------------
 
@@ -102,35 +100,8 @@ class DevicePi05Model:
 
     # ---- perception ------------------------------------------------------------------------
 
-    def image_tokens(self, images: np.ndarray, camera_mask: np.ndarray | None = None):
-        """[N, 3, S, S] in [-1, 1] -> device [N, T, D] float32; cameras masked False are zeros."""
-        cfg = self.config
-        camera_mask = np.ones(images.shape[0], bool) if camera_mask is None else np.asarray(camera_mask, bool)
-        expected = (3, cfg.vision.image_size, cfg.vision.image_size)
-        if images.ndim != 4 or images.shape[1:] != expected:
-            raise ValueError(f"vision tower expects images [N, {expected[0]}, {expected[1]}, {expected[2]}], "
-                             f"got {images.shape}")
-        e, t, d = self.engine, cfg.vision.tokens_per_camera, cfg.lm.width
-        present = np.flatnonzero(camera_mask)
-        tokens = None
-        if present.size:
-            patches = patchify(np.ascontiguousarray(images[present], dtype=np.float32), cfg.vision.patch_size)
-            tokens = self._perception(present.size)(patches.reshape(present.size * t, -1))
-        with e.active():
-            out = e.zeros((images.shape[0], t, d), F32)
-            for slot, camera in enumerate(present):
-                out[int(camera)] = tokens[slot * t:(slot + 1) * t]
-        return out
-
-    def _perception(self, images: int) -> Captured:
-        """SigLIP and the projector over `images` cameras' patches, captured once per camera count."""
-        if images not in self._perceptions:
-            cfg = self.config.vision
-            self._perceptions[images] = Captured(self.engine, lambda patches: self._encode(patches, images),
-                                                 [((images * cfg.tokens_per_camera, cfg.patch_features), F32)])
-        return self._perceptions[images]
-
     def _encode(self, patches, images: int):
+        """SigLIP and the projector (captured per camera count, gpu/device_vla.py)."""
         e = self.engine
         h = layers.vision_tower(e, vision_dims(self.config), self.weights, self.vision_layers, e.bf16(patches), images)
         tokens = layers.linear(e, h, self.weights["projector.weight"])
@@ -143,12 +114,8 @@ class DevicePi05Model:
                      stamp_ns: int = 0, compact: bool = True) -> DevicePrefixCache:
         """The compacted prefix (present cameras, valid tokens) through the LM layers the expert reads
         (the device has no masked form: `compact` False is refused)."""
-        if not compact:
-            raise ValueError("the device runtime builds the compacted prefix only")
+        ids = self.checked_tokens(tokens, compact)
         cfg, e = self.config, self.engine
-        ids = np.asarray(tokens, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= cfg.vocab_size):
-            raise ValueError(f"token ids must lie in 0..{cfg.vocab_size - 1}, got {ids.min()}..{ids.max()}")
         camera_mask, token_mask = np.asarray(camera_mask, bool), np.asarray(token_mask, bool)
         pad = layout.prefix_pad_mask(camera_mask, cfg.vision.tokens_per_camera, token_mask)
         if pad.shape[0] != image_tokens.shape[0] * image_tokens.shape[1] + ids.shape[0]:
@@ -175,36 +142,16 @@ class DevicePi05Model:
                                   None, keys, values)
         return DevicePrefixCache(keys, values, np.ones(n, bool), stamp_ns)
 
-    def cache_from_tensors(self, tensors: Mapping[str, Any], stamp_ns: int = 0) -> DevicePrefixCache:
-        cache = DevicePrefixCache.from_tensors(tensors, stamp_ns)
-        if isinstance(cache.keys, np.ndarray):  # it came from another process
-            with self.engine.active():
-                return DevicePrefixCache(self.engine.upload(cache.keys), self.engine.upload(cache.values),
-                                         cache.valid, stamp_ns)
-        return cache
-
     # ---- actions ---------------------------------------------------------------------------
 
-    def warm_up(self) -> None:
-        """Perception captured for every camera count, a one-camera, two-token prefix and a solve: kernels
-        compiled and loaded, the solve captured."""
-        cfg = self.config
-        for count in range(1, len(cfg.camera_names) + 1):
-            self._perception(count)
-        images = np.zeros((len(cfg.camera_names), 3, cfg.vision.image_size, cfg.vision.image_size), np.float32)
-        mask = np.arange(len(cfg.camera_names)) == 0
-        cache = self.build_prefix(self.image_tokens(images, mask), mask, np.zeros(2, np.int64), np.array([True, False]))
-        self.solve.capture(guided=True)
-        self.sample_actions(cache, np.zeros((cfg.chunk_size, cfg.max_action_dim), np.float32))
+    def _blank_prefix(self, image_tokens, image_mask: np.ndarray) -> DevicePrefixCache:
+        return self.build_prefix(image_tokens, image_mask, np.zeros(2, np.int64), np.array([True, False]))
 
     def sample_actions(self, cache: DevicePrefixCache, noise: np.ndarray,
                        guidance: rtc.Guidance | None = None) -> np.ndarray:
         """noise x(t=1) [C, A] -> x(t=0) [C, A] (model space, padded action width), on the host."""
         cfg = self.config
-        expected = (cfg.chunk_size, cfg.max_action_dim)
-        noise = np.asarray(noise, dtype=np.float32)
-        if noise.shape != expected:
-            raise ValueError(f"noise must have shape {expected} (chunk, max_action_dim), got {noise.shape}")
+        noise = self.checked_noise(noise)
         if cache.num_layers < cfg.expert.depth:
             raise ValueError(f"prefix cache has {cache.num_layers} layers, the expert reads {cfg.expert.depth}")
         cos, sin = half_tables(cache.n_valid + np.arange(cfg.chunk_size), cfg.lm.head_dim, cfg.lm.rope_theta)

@@ -21,9 +21,8 @@ import numpy as np
 
 from embodied_ros.backbone import llama
 from embodied_ros.backbone.paligemma import take_rows
-from embodied_ros.backbone.siglip import patchify
 from embodied_ros.gpu import layers
-from embodied_ros.gpu.captured import Captured
+from embodied_ros.gpu.device_vla import DeviceVLA
 from embodied_ros.gpu.flow_solve import ExpertBuffers, FlowSolve, key_mask
 from embodied_ros.gpu.layers import F32, DecoderDims, DevicePrefixCache, VisionDims
 from embodied_ros.heads import flow, rtc
@@ -49,11 +48,11 @@ def decoder_dims(cfg) -> DecoderDims:
     return DecoderDims(cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.eps, "silu")
 
 
-class DeviceSmolVLAModel:
+class DeviceSmolVLAModel(DeviceVLA):
     def __init__(self, config: SmolVLAConfig, weights: Mapping[str, Any], engine) -> None:
         check_weights(weights, config)
-        self.config = config
-        self.engine = engine
+        super().__init__(config, engine, len(config.camera_names) + config.empty_cameras, config.vision.patches,
+                         config.vision.tokens_per_image)
         cfg, ex = config, config.expert
         self.plan = cfg.layer_plan
         self.cache_layers = max(vlm_layer for _, vlm_layer in self.plan) + 1
@@ -88,7 +87,6 @@ class DeviceSmolVLAModel:
             self.actions_in = engine.zeros((c, ex.width), F32)
             self.solve = FlowSolve(engine, buffers, self._velocity, cfg.num_inference_steps, w["action_out.weight"],
                                    w["action_out.bias"], prepare=self._cross_keys_values)
-        self._perceptions: dict[int, Captured] = {}
 
     @staticmethod
     def max_prefix_rows(cfg: SmolVLAConfig) -> int:
@@ -108,35 +106,8 @@ class DeviceSmolVLAModel:
 
     # ---- perception ------------------------------------------------------------------------
 
-    def image_tokens(self, images: np.ndarray, image_mask: np.ndarray | None = None):
-        """[S, 3, H, W] in [-1, 1] -> device [S, T, D] connector output; slots masked False are zeros."""
-        cfg, e = self.config.vision, self.engine
-        image_mask = np.ones(images.shape[0], bool) if image_mask is None else np.asarray(image_mask, bool)
-        expected = (3, cfg.image_size, cfg.image_size)
-        if images.ndim != 4 or images.shape[1:] != expected:
-            raise ValueError(f"vision tower expects images [N, {expected[0]}, {expected[1]}, {expected[2]}], "
-                             f"got {images.shape}")
-        present = np.flatnonzero(image_mask)
-        t, d = cfg.tokens_per_image, self.config.lm.width
-        tokens = None
-        if present.size:
-            patches = patchify(np.ascontiguousarray(images[present], dtype=np.float32), cfg.patch_size)
-            tokens = self._perception(present.size)(patches.reshape(present.size * cfg.patches, -1))
-        with e.active():
-            out = e.zeros((images.shape[0], t, d), F32)
-            for slot, image in enumerate(present):
-                out[int(image)] = tokens[slot * t:(slot + 1) * t]
-        return out
-
-    def _perception(self, images: int) -> Captured:
-        """The vision tower, pixel shuffle and connector over `images` images, captured once per count."""
-        if images not in self._perceptions:
-            cfg = self.config.vision
-            self._perceptions[images] = Captured(self.engine, lambda patches: self._encode(patches, images),
-                                                 [((images * cfg.patches, cfg.patch_features), F32)])
-        return self._perceptions[images]
-
     def _encode(self, patches, n: int):
+        """The vision tower, pixel shuffle and connector (captured per image count, gpu/device_vla.py)."""
         e, cfg = self.engine, self.config.vision
         s, side = cfg.scale_factor, cfg.patches_per_side
         dims = VisionDims(cfg.patches, cfg.width, cfg.num_heads, cfg.eps)
@@ -151,12 +122,8 @@ class DeviceSmolVLAModel:
                      state: np.ndarray, stamp_ns: int = 0, compact: bool = True) -> DevicePrefixCache:
         """[image slots (present ones) * sqrt(D), valid language rows * sqrt(D), state token] through the
         VLM layers the expert reads, compacted (the device has no masked form)."""
-        if not compact:
-            raise ValueError("the device runtime builds the compacted prefix only")
+        ids = self.checked_tokens(tokens, compact)
         cfg, e = self.config, self.engine
-        ids = np.asarray(tokens, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= cfg.vocab_size):
-            raise ValueError(f"token ids must lie in 0..{cfg.vocab_size - 1}, got {ids.min()}..{ids.max()}")
         image_mask, token_mask = np.asarray(image_mask, bool), np.asarray(token_mask, bool)
         t, lm = cfg.vision.tokens_per_image, cfg.lm
         if image_mask.shape[0] != image_tokens.shape[0] or token_mask.shape[0] != ids.shape[0]:
@@ -185,35 +152,16 @@ class DeviceSmolVLAModel:
                                   e.upload(prefix_attention_bias(np.ones(n, bool)), F32), keys, values)
         return DevicePrefixCache(keys, values, np.ones(n, bool), stamp_ns)
 
-    def cache_from_tensors(self, tensors: Mapping[str, Any], stamp_ns: int = 0) -> DevicePrefixCache:
-        cache = DevicePrefixCache.from_tensors(tensors, stamp_ns)
-        if isinstance(cache.keys, np.ndarray):  # it came from another process
-            with self.engine.active():
-                return DevicePrefixCache(self.engine.upload(cache.keys), self.engine.upload(cache.values),
-                                         cache.valid, stamp_ns)
-        return cache
-
     # ---- actions ---------------------------------------------------------------------------
 
-    def warm_up(self) -> None:
-        """Perception captured for every image count, a one-image prefix and a solve captured."""
-        cfg = self.config
-        for count in range(1, len(cfg.camera_names) + cfg.empty_cameras + 1):
-            self._perception(count)
-        images = np.zeros((1, 3, cfg.vision.image_size, cfg.vision.image_size), np.float32)
-        mask = np.ones(1, bool)
-        cache = self.build_prefix(self.image_tokens(images, mask), mask, np.zeros(2, np.int64),
-                                  np.array([True, False]), np.zeros(cfg.state_dim, np.float32))
-        self.solve.capture(guided=True)
-        self.sample_actions(cache, np.zeros((cfg.chunk_size, cfg.max_action_dim), np.float32))
+    def _blank_prefix(self, image_tokens, image_mask: np.ndarray) -> DevicePrefixCache:
+        return self.build_prefix(image_tokens, image_mask, np.zeros(2, np.int64), np.array([True, False]),
+                                 np.zeros(self.config.state_dim, np.float32))
 
     def sample_actions(self, cache: DevicePrefixCache, noise: np.ndarray,
                        guidance: rtc.Guidance | None = None) -> np.ndarray:
         cfg = self.config
-        expected = (cfg.chunk_size, cfg.max_action_dim)
-        noise = np.asarray(noise, dtype=np.float32)
-        if noise.shape != expected:
-            raise ValueError(f"noise must have shape {expected} (chunk, max_action_dim), got {noise.shape}")
+        noise = self.checked_noise(noise)
         if cache.num_layers < self.cache_layers:
             raise ValueError(f"prefix cache has {cache.num_layers} layers, the expert reads {self.cache_layers}")
         c, rows = cfg.chunk_size, self.cache_rows
