@@ -9,7 +9,9 @@
 #   3. with KERNEL_SET=1, after the compiled runs: gpu_check.py --sections kernel_set (the op-level backend)
 #
 #   OUT=<folder> [PY=python3] [COMPILE_S=220] [KERNEL_SET=0] [CHUNK_ARGS="..."] bash benchmarks/gpu_device_run.sh
+#   PARTS="compiled" COMPILE_S=560 OUT=<folder> bash benchmarks/gpu_device_run.sh   # torch.compile alone
 #
+# PARTS (default "compiled runtime_ops chunks") chooses the parts that run.
 # Wheels in $WHEELS (default .whl/: what the GPU machine's Python lacks: LeRobot, the packages it needs beyond
 # the machine's, gguf) are installed into /tmp/site first and put on PYTHONPATH.
 set -u
@@ -37,12 +39,16 @@ part() {  # part NAME SECONDS COMMAND...: run, bounded, output appended to the l
 }
 
 SIZE_ARGS=${CHUNK_ARGS:-}
-for family in pi05 smolvla; do
-  part "compiled $family" "$COMPILE_S" "$PY" benchmarks/gpu_chunks.py --compiled-child "$family" --compile-modes default \
-    $SIZE_ARGS --json-out "$OUT/compiled_$family.json" &
-done
-part runtime_ops 90 "$PY" benchmarks/gpu_check.py --sections runtime_ops --out "$OUT/runtime_ops.json"
-part chunks 240 "$PY" benchmarks/gpu_chunks.py --out "$OUT/chunks.json" --compile-modes "" $SIZE_ARGS
+PARTS=${PARTS:-compiled runtime_ops chunks}
+wants() { [[ " $PARTS " == *" $1 "* ]]; }
+if wants compiled; then
+  for family in pi05 smolvla; do
+    part "compiled $family" "$COMPILE_S" "$PY" benchmarks/gpu_chunks.py --compiled-child "$family" \
+      --compile-modes default $SIZE_ARGS --json-out "$OUT/compiled_$family.json" &
+  done
+fi
+wants runtime_ops && part runtime_ops 90 "$PY" benchmarks/gpu_check.py --sections runtime_ops --out "$OUT/runtime_ops.json"
+wants chunks && part chunks 240 "$PY" benchmarks/gpu_chunks.py --out "$OUT/chunks.json" --compile-modes "" $SIZE_ARGS
 wait
 if [ "${KERNEL_SET:-0}" = 1 ]; then
   part kernel_set 80 "$PY" benchmarks/gpu_check.py --sections kernel_set --repeats 5 --host-repeats 1 \
@@ -65,6 +71,10 @@ for name in ("runtime_ops.json", "kernel_set.json"):
             failed = [c.get("case") for c in section["cases"] if not c.get("ok")]
             print(f"{name}: {len(section['cases']) - len(failed)}/{len(section['cases'])} ok", failed[:6],
                   section.get("error", "")[-300:])
+for family in ("pi05", "smolvla"):
+    compiled = load(f"compiled_{family}.json")
+    if compiled:
+        print(f"{family} compiled: p50 {compiled.get('p50_ms')} ms, first chunk {compiled.get('first_chunk_s')} s")
 for family, r in load("chunks.json").get("families", {}).items():
     if "error" in r:
         print(family, "ERROR", r["error"][-800:])
