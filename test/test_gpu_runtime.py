@@ -19,12 +19,14 @@ from safetensors.numpy import load_file
 from embodied_ros.gpu.captured import Captured
 from embodied_ros.gpu.host import HostEngine, from_bf16
 from embodied_ros.gpu.layers import DevicePrefixCache
-from embodied_ros.gpu.pi05 import DevicePi05Model
+from embodied_ros.bundle.memory import BundleMemoryError
+from embodied_ros.gpu.pi05 import FLOAT32_PRODUCTS, DevicePi05Model
 from embodied_ros.gpu.smolvla import DeviceSmolVLAModel
 from embodied_ros.heads import rtc
 from embodied_ros.models.family_kit import TOLERANCES
 from embodied_ros.models.pi05 import parity as pi05_parity
 from embodied_ros.models.pi05.model import Pi05Model
+from embodied_ros.models.pi05.weights import is_linear_weight
 from embodied_ros.models.smolvla import parity as smolvla_parity
 from embodied_ros.models.smolvla import weights as smolvla_weights
 from embodied_ros.models.smolvla.config import SmolVLAConfig
@@ -169,3 +171,28 @@ def test_the_cuda_backend_without_a_gpu_says_what_it_needs():
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.stdout.startswith("CudaUnavailable"), result.stdout + result.stderr
     assert "CuPy" in result.stdout and "cupy-cuda12x" in result.stdout
+
+
+def test_weights_the_gpu_cannot_hold_are_refused_before_anything_is_uploaded():
+    config, weights, _ = record(TINY)
+
+    class SmallGpu(HostEngine):
+        uploads = 0
+
+        def reserve(self, nbytes, what):
+            self.asked = nbytes
+            raise BundleMemoryError(f"{what} need {nbytes} bytes")
+
+        def upload(self, array, dtype=None):
+            SmallGpu.uploads += 1
+            return super().upload(array, dtype)
+
+    gpu = SmallGpu()
+    with pytest.raises(BundleMemoryError, match="the model's weights need"):
+        DevicePi05Model(config, weights, gpu)
+    assert SmallGpu.uploads == 0
+    products = sum(np.prod(np.shape(w)) for name, w in weights.items()
+                   if is_linear_weight(name) and name not in FLOAT32_PRODUCTS and name != "lm.token_embd")
+    others = sum(np.prod(np.shape(w)) for name, w in weights.items()
+                 if not (is_linear_weight(name) and name not in FLOAT32_PRODUCTS) and name != "lm.token_embd")
+    assert gpu.asked == 2 * products + 4 * others

@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from embodied_ros.bundle.memory import BundleMemoryError
 from embodied_ros.gpu.host import ACTIVATIONS, check_matmul
 from embodied_ros.kernels.cuda.runtime import INSTALL_HINT, CudaUnavailable
 from embodied_ros.share import share_path
@@ -31,6 +32,8 @@ CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_GEMM_DEFAULT = -1
 WORKSPACE_BYTES = 32 << 20  # cuBLAS's workspace, set explicitly so that captured products allocate nothing
+WORKING_BYTES = 2 << 30  # activations, the solve's buffers and the captured graphs' pools of a full-size model
+GIB = 1 << 30
 THREADS = 256
 MAX_BLOCKS = 65535
 KERNELS = ("residual_norm", "rope_split", "softmax_rows", "glu", "bias_act", "axpy_cast")  # transformer.cu's entries
@@ -164,6 +167,17 @@ class CudaEngine:
                 graph = self.stream.end_capture()
             graph.upload(self.stream)
         return CudaGraph(self, graph)
+
+    def reserve(self, nbytes: int, what: str) -> None:
+        """Refuse, in one line, to load `nbytes` more than the GPU has free (with room for the activations
+        and graphs, WORKING_BYTES), rather than fail an allocation halfway through."""
+        with self.active():
+            free, total = self.cupy.cuda.runtime.memGetInfo()
+        free += self.cupy.get_default_memory_pool().free_bytes()
+        if nbytes + WORKING_BYTES > free:
+            raise BundleMemoryError(f"{what} need {nbytes / GIB:.1f} GiB of GPU memory (and about {WORKING_BYTES / GIB:.0f} "
+                                    f"GiB to compute in); {self.name} has {free / GIB:.1f} of {total / GIB:.1f} GiB free: "
+                                    "use a smaller model, or free the GPU")
 
     def private_pool(self):
         """A memory pool of its own (for a graph's allocations, which must keep their addresses)."""

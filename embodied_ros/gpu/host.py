@@ -132,6 +132,9 @@ class HostEngine:
     def graph(self, work: Callable[[], None]) -> HostGraph:
         return HostGraph(work)
 
+    def reserve(self, nbytes: int, what: str) -> None:
+        """The host's memory is checked when a bundle is loaded (bundle/memory.py)."""
+
     def private_pool(self) -> None:
         return None
 

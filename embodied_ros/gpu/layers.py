@@ -103,6 +103,8 @@ def device_weights(engine, weights: Mapping[str, Any], is_linear_weight: Callabl
     (quantized ones expanded first), the rest float32. `keep_on_host`: tensors the host reads (a token
     embedding table, gathered row by row on the CPU) stay as they are. `float32_products`: small products
     kept in float32 (the action projections, whose rounding would reach the actions directly)."""
+    engine.reserve(sum(_device_bytes(name, weight, is_linear_weight(name) and name not in float32_products)
+                       for name, weight in weights.items() if name not in keep_on_host), "the model's weights")
     prepared: dict[str, Any] = {}
     for name, weight in weights.items():
         if name in keep_on_host:
@@ -116,6 +118,11 @@ def device_weights(engine, weights: Mapping[str, Any], is_linear_weight: Callabl
         else:
             prepared[name] = engine.upload(host_float(weight), F32)
     return prepared
+
+
+def _device_bytes(name: str, weight: Any, bf16: bool) -> int:
+    elements = int(np.prod(weight.shape if isinstance(weight, QuantTensor) else np.shape(weight)))
+    return elements * (2 if bf16 else 4)
 
 
 def layer_weights(weights: Mapping[str, Any], stack: str, depth: int) -> list[dict[str, Any]]:
