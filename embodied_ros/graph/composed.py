@@ -19,7 +19,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 
 from embodied_ros.graph.processes import SeparateGraph
-from embodied_ros.graph.readiness import wait_until_active
+from embodied_ros.graph.readiness import wait_for_state
 from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.node_infra.node_table import graph_nodes, node_class, node_spec
 from embodied_ros.node_infra.spinning import SpinThread
@@ -134,7 +134,7 @@ class ComposedGraph:
         executor = SingleThreadedExecutor(context=self.context)
         executor.add_node(waiter)
         try:
-            wait_until_active(waiter, process.node_names, process.namespace, CONTROLLER_START_TIMEOUT_S,
+            wait_for_state(waiter, process.node_names, process.namespace, CONTROLLER_START_TIMEOUT_S,
                               lambda: _pump(executor, process))
         except (TimeoutError, ChildProcessError) as error:
             process.keep_logs = True

@@ -17,7 +17,7 @@ from embodied_ros.graph.monitor import GraphMonitor
 from embodied_ros.node_infra.node_table import graph_nodes
 from embodied_ros.node_infra.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
-from embodied_ros.graph.readiness import wait_until_active
+from embodied_ros.graph.readiness import wait_for_state
 from embodied_ros.node_infra.spinning import SpinThread, interrupts_ignored
 from embodied_ros.nodes.controller import WAITING_FOR_FIRST_CHUNK
 from embodied_ros.nodes.runtime_cache import acquire_runtime
@@ -92,7 +92,7 @@ def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, doma
     try:
         graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
         if isinstance(graph, SeparateGraph):
-            wait_until_active(monitor, graph.node_names, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
+            wait_for_state(monitor, graph.node_names, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
         if robot is not None:
             _wait_for_robot(monitor, robot, namespace)
         print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "

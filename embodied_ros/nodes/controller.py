@@ -53,6 +53,7 @@ WAITING_FOR_FIRST_CHUNK = "waiting for the first action chunk"  # start-up: no w
 
 class ControllerNode(GraphNode):
     stage = "controller"
+    executor_thread: int | None = None  # run alone: the native id of the thread spinning its executor
 
     def setup(self) -> None:
         settings = self.config.controller
@@ -88,6 +89,8 @@ class ControllerNode(GraphNode):
         self.command_publisher = self.lifecycle_publisher(
             message_type, command_topic(settings.output, settings.dry_run), self.drive.command_qos())
         self.commanded_publisher = self.lifecycle_publisher(JointState, COMMANDED, self.drive.command_qos())
+        if self.executor_thread is not None:  # a lifecycle manager's configure, on that thread
+            self._realtime(below=1, thread=self.executor_thread)
 
     def start(self) -> None:
         # no chunk at activation: that state reported and logged now, as a process's first diagnostics
@@ -119,8 +122,11 @@ class ControllerNode(GraphNode):
     def prepare_spin_thread(self) -> None:
         """The executor's thread real-time too, one below the ticks: a tick waiting for the interpreter
         or the lock while that thread takes a chunk must not also wait for the model's processes to
-        give it a core back (refused, the ticks' thread says so)."""
-        self._realtime(below=1)
+        give it a core back (refused, the ticks' thread says so). Its priority comes with the
+        configuration: set here when autostart configured the node already, else by configure."""
+        self.executor_thread = threading.get_native_id()
+        if self.configured:
+            self._realtime(below=1, thread=self.executor_thread)
 
     def prepare_diagnostics_thread(self) -> None:
         """The diagnostics thread real-time too, below the executor's, for the same reason: it holds
@@ -128,11 +134,11 @@ class ControllerNode(GraphNode):
         if self.runs_alone:
             self._realtime(below=2)
 
-    def _realtime(self, below: int) -> str:
-        """SCHED_FIFO for the calling thread, `below` under controller.realtime_priority (0: none
-        asked); "" when done or not asked, else why not."""
+    def _realtime(self, below: int, thread: int | None = None) -> str:
+        """SCHED_FIFO for `thread` (default: the calling one), `below` under
+        controller.realtime_priority (0: none asked); "" when done or not asked, else why not."""
         priority = self.config.controller.realtime_priority
-        return realtime_scheduling(max(1, priority - below)) if priority > 0 else ""
+        return realtime_scheduling(max(1, priority - below), thread) if priority > 0 else ""
 
     def stop(self) -> None:
         if self._ticker is not None:

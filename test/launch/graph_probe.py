@@ -25,7 +25,7 @@ from sensor_msgs.msg import JointState
 from embodied_ros.graph.composed import graph_nodes
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.monitor import GraphMonitor
-from embodied_ros.graph.readiness import wait_until_active
+from embodied_ros.graph.readiness import wait_for_state
 from embodied_ros.node_infra.spinning import SpinThread
 from embodied_ros.node_infra.topics import JOINT_STATES
 from embodied_ros.pipeline.stages import read_spec
@@ -70,7 +70,7 @@ def probe(config_path: Path, layout: str, timeout_s: float, window_s: float, min
     deadline = started + timeout_s
     try:
         try:
-            wait_until_active(monitor, names, "", timeout_s, lambda: time.sleep(0.05))
+            wait_for_state(monitor, names, "", timeout_s, lambda: time.sleep(0.05))
         except TimeoutError as error:
             result["problem"] = str(error)
             return result
