@@ -118,6 +118,16 @@ class ComposedGraph:
         """Nodes in a child process that ended, with exit codes."""
         return self.controller_process.exited() if self.controller_process is not None else {}
 
+    def failure(self) -> str:
+        """Why the graph no longer serves every node ("" while it does): a thread spinning its nodes
+        failed, or the controller's process ended."""
+        failed = [spinner.failure for spinner in self._spinners if spinner.failure]
+        if failed:
+            return failed[0]
+        if self.exited():
+            return f"the controller's process ended with exit code {self.exited()[CONTROLLER]}"
+        return ""
+
     def _start_controller_process(self) -> None:
         namespace, remaps = ros_remaps(self.cli_args)
         transport = replace(self.config.transport, mode="auto")  # the controller reads only plain messages

@@ -110,12 +110,17 @@ def _wait_for_parent_exit(parent: int) -> None:
         os.close(pidfd)
 
 
+class SpinFailed(RuntimeError):
+    """The thread spinning a process's executor ended with an error."""
+
+
 def spin_until_stopped(executor: Executor, prepare: Callable[[], None] = lambda: None) -> None:
     """Spin `executor` until SIGINT or SIGTERM (or the context's shutdown), in the main thread's
     process under `stopped_by_signals`. The executor spins on a thread of its own, waiting for work
     with no timeout (node_infra/spinning.py); the main thread, where Python runs signal handlers,
     sleeps on the stop, so a signal ends the spin at once and never lands inside a callback or
-    rclpy's C++ side. `prepare` runs on the spinning thread first."""
+    rclpy's C++ side. `prepare` runs on the spinning thread first. SpinFailed when that thread
+    ended with an error: the process must not go on, or end, as if it served its nodes."""
     spinner = SpinThread(executor, "spin", on_exit=_STOP.set, prepare=prepare)
     _WAITING_FOR_STOP.set()
     try:
@@ -124,6 +129,8 @@ def spin_until_stopped(executor: Executor, prepare: Callable[[], None] = lambda:
     finally:
         _WAITING_FOR_STOP.clear()
         spinner.stop()
+    if spinner.failure:
+        raise SpinFailed(spinner.failure)
 
 
 def stop_requested() -> bool:
@@ -155,10 +162,12 @@ def ignore_ending_signals() -> None:
 
 def run_node(node_class, args=None) -> None:
     """Spin one node until SIGINT or SIGTERM, then deactivate it; with the `autostart` parameter it
-    configures and activates itself."""
+    configures and activates itself. A spinning thread that failed ends the process with exit
+    status 1 once the node is deactivated."""
     argv = sys.argv if args is None else args
     parse_node_arguments(node_class, argv)
     share_cores_with_other_processes()
+    failure = ""
     with stopped_by_signals(argv):
         node = None
         try:
@@ -172,6 +181,8 @@ def run_node(node_class, args=None) -> None:
             spin_until_stopped(executor, getattr(node, "prepare_spin_thread", lambda: None))
         except KeyboardInterrupt:
             pass
+        except SpinFailed as error:
+            failure = str(error)
         finally:
             ignore_ending_signals()
             if getattr(node, "active", False):
@@ -181,3 +192,5 @@ def run_node(node_class, args=None) -> None:
                     node.get_logger().error("could not deactivate")
             if node is not None:
                 node.destroy_node()
+    if failure:
+        sys.exit(f"{node_class.stage}: {failure}")
