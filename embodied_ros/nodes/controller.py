@@ -49,6 +49,9 @@ from embodied_ros.pipeline.types import ActionChunkResult
 DEACTIVATED = "controller deactivated"
 TICK_SWITCH_INTERVAL_S = 0.0005
 WAITING_FOR_FIRST_CHUNK = "waiting for the first action chunk"  # start-up: no warning
+# the warnings about unset limits given in this process, each given once: a lock-step evaluation
+# builds a controller per episode (diagnostics keep naming the unset limits: `unset_limits`)
+_UNSET_LIMITS_WARNED: set[str] = set()
 
 
 class ControllerNode(GraphNode):
@@ -282,9 +285,11 @@ class ControllerNode(GraphNode):
         settings = self.config.controller
         limits = JointLimits.from_lists(len(joint_names), settings.position_lower, settings.position_upper,
                                         settings.max_velocity, joint_names, settings.max_jump)
-        if limits.unset():
-            self.get_logger().warning(f"no limits in {', '.join(f'controller.{n}' for n in limits.unset())} for "
-                                      f"joints {list(joint_names)}: chunks are not checked against them")
+        warning = (f"no limits in {', '.join(f'controller.{n}' for n in limits.unset())} for joints "
+                   f"{list(joint_names)}: chunks are not checked against them")
+        if limits.unset() and warning not in _UNSET_LIMITS_WARNED:
+            _UNSET_LIMITS_WARNED.add(warning)
+            self.get_logger().warning(warning)
         self.logic = CommandLogic(limits, self.period_ns, seconds_to_ns(settings.blend_s),
                                   seconds_to_ns(settings.input_timeout_s), seconds_to_ns(self.config.inputs.max_future_s),
                                   settings.ramp_s, settings.ramp_max_velocity)
