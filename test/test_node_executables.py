@@ -13,7 +13,7 @@ import pytest
 
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.node_infra.config import load_config
-from embodied_ros.node_infra.node_table import NODES
+from embodied_ros.node_infra.node_table import NODES, node_spec
 from embodied_ros.node_infra.paths import dds_environment
 from embodied_ros.pipeline.stages import load_runtime
 from graph_bundles import pi05_bundle
@@ -25,7 +25,7 @@ START_TIMEOUT_S = 120.0  # six interpreters importing numpy, numba and rclpy at 
 
 def executable(name: str) -> Path:
     """The node's console script, installed beside this interpreter (setup.sh's editable install)."""
-    path = Path(sys.executable).parent / next(node.executable for node in NODES if node.name == name)
+    path = Path(sys.executable).parent / node_spec(name).executable
     assert path.is_file(), f"{path} is missing: run ./setup.sh"
     return path
 
