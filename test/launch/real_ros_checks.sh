@@ -54,8 +54,8 @@ if [[ " $ONLY " == *" launch_test "* ]]; then
   source_folder="$WS/src/embodied_ros"
   test_file="$source_folder/test/launch/test_latency_launch.py"
   for layout in $LAYOUTS; do
-    for where in source elsewhere; do  # started in the package's source folder, or in another one
-      folder=$source_folder; [ $where = elsewhere ] && folder=$LOGS
+    for where in source other; do  # started in the package's source folder, or in another one
+      folder=$source_folder; [ $where = other ] && folder=$LOGS
       log="$LOGS/launch_test-$layout-$where.log"
       start_ns=$(date +%s%N)
       (cd "$folder" && EMBODIED_ROS_LAYOUT=$layout ROS_DOMAIN_ID=$DOMAIN_BASE timeout 300 launch_test "$test_file") \
