@@ -91,6 +91,30 @@ def test_node_process_deactivates_through_a_burst_of_interrupts(ros_domain_id):
     assert not [error for error in TRANSITION_ERRORS if error in text], text
 
 
+SLOW_TO_ACTIVATE = """
+import time
+from embodied_ros.nodes.controller import ControllerNode
+from embodied_ros.nodes.run import run_node
+
+
+class SlowToActivate(ControllerNode):
+    def start(self):
+        super().start()
+        print("activating", flush=True)
+        time.sleep(1.0)
+
+
+run_node(SlowToActivate, ["embodied-ros-controller", "--ros-args", "-p", "autostart:=true"])
+"""
+
+
+def test_node_process_stopped_while_it_activates_still_deactivates(ros_domain_id):
+    code, text = _stop_with_a_burst([sys.executable, "-c", SLOW_TO_ACTIVATE], "activating", (signal.SIGINT,),
+                                    ros_domain_id)
+    assert code == 0 and "[controller]: deactivated" in text, text
+    assert not [error for error in TRANSITION_ERRORS if error in text], text
+
+
 CLOSES_THEN_PUBLISHES = """
 from rclpy.node import Node
 from std_msgs.msg import Empty

@@ -25,7 +25,10 @@ from embodied_ros.node_infra.spinning import SpinThread
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _STOP = threading.Event()  # set by the first ending signal, whether or not its KeyboardInterrupt arrives
-_WAITING_FOR_STOP = threading.Event()  # set while the main thread waits on _STOP (spin_until_stopped)
+# set while a stop is only recorded, not raised in the main thread: while it waits on _STOP
+# (spin_until_stopped), and while it activates a node (an interrupt inside that transition would
+# leave the node "activating", which cannot be deactivated: the controller would not hold the arm)
+_STOP_ONLY_RECORDED = threading.Event()
 PARENT_PID = "EMBODIED_ROS_PARENT_PID"  # set by graph/processes.py: its node processes end with it
 PARENT_POLL_S = 0.5
 
@@ -64,6 +67,7 @@ def stopped_by_signals(argv: list[str]):
     one (the terminal's Ctrl-C after launch's SIGINT) cannot turn exit status 0 into a signal's."""
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
     _STOP.clear()
+    _STOP_ONLY_RECORDED.clear()
     for number in ENDING_SIGNALS:
         signal.signal(number, _stop_once)
     _end_with_parent()
@@ -122,12 +126,12 @@ def spin_until_stopped(executor: Executor, prepare: Callable[[], None] = lambda:
     rclpy's C++ side. `prepare` runs on the spinning thread first. SpinFailed when that thread
     ended with an error: the process must not go on, or end, as if it served its nodes."""
     spinner = SpinThread(executor, "spin", on_exit=_STOP.set, prepare=prepare)
-    _WAITING_FOR_STOP.set()
+    _STOP_ONLY_RECORDED.set()
     try:
         spinner.start()
         _STOP.wait()
     finally:
-        _WAITING_FOR_STOP.clear()
+        _STOP_ONLY_RECORDED.clear()
         spinner.stop()
     if spinner.failure:
         raise SpinFailed(spinner.failure)
@@ -140,11 +144,11 @@ def stop_requested() -> bool:
 
 def _stop_once(signum, frame) -> None:
     """The first SIGINT or SIGTERM stops the process; any later one is ignored. The stop is
-    recorded; the main thread is interrupted only when it is not waiting on the record
-    (spin_until_stopped), e.g. while the nodes start up."""
+    recorded; the main thread is interrupted too unless _STOP_ONLY_RECORDED, e.g. while a node
+    configures (loading a bundle, compiling kernels)."""
     ignore_ending_signals()
     _STOP.set()
-    if not _WAITING_FOR_STOP.is_set():
+    if not _STOP_ONLY_RECORDED.is_set():
         raise KeyboardInterrupt
 
 
@@ -173,7 +177,7 @@ def run_node(node_class, args=None) -> None:
         try:
             node = node_class()
             node.runs_alone = True
-            if node.get_parameter("autostart").value and bring_up([node]):
+            if node.get_parameter("autostart").value and bring_up([node], _STOP_ONLY_RECORDED.set):
                 node.get_logger().fatal("could not start; see the error above")
                 sys.exit(1)
             executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
