@@ -145,7 +145,7 @@ class ComposedGraph:
         executor.add_node(waiter)
         try:
             wait_for_state(waiter, process.node_names, process.namespace, CONTROLLER_START_TIMEOUT_S,
-                              lambda: _pump(executor, process))
+                           lambda: _pump(executor, process))
         except (TimeoutError, ChildProcessError) as error:
             process.keep_logs = True
             raise RuntimeError(f"the controller's process did not start: {error} (its log: "

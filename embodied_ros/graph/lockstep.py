@@ -275,7 +275,7 @@ class LockstepGraph:
     def _wait_until_active(self) -> None:
         """Separate processes: wait until every node reports the lifecycle state `active`."""
         wait_for_state(self.driver, self.node_names, self.namespace, self.timeout_s,
-                          lambda: self.executor.spin_once(timeout_sec=0.01))
+                       lambda: self.executor.spin_once(timeout_sec=0.01))
 
 
 def _stamped_image(image: np.ndarray | Image, stamp_ns: int) -> Image:
