@@ -76,8 +76,8 @@ class RunRows:
         self.count += 1
 
     def summary(self) -> tuple[int, float, np.ndarray]:
-        """(count, span in s, the sampled rows [sampled, columns])."""
-        return self.count, self._last_s - self._first_s, self._sample[:min(self.count, len(self._sample))]
+        """(count, span in s, a copy of the sampled rows [sampled, columns])."""
+        return self.count, self._last_s - self._first_s, self._sample[:min(self.count, len(self._sample))].copy()
 
 
 class GraphMonitor(Node):
@@ -121,7 +121,7 @@ class GraphMonitor(Node):
                 handle(msg, received_ns, received_ns + monotonic_minus_wall_ns)
 
     def start_run(self) -> None:
-        """From now on the whole run's rows are kept (what `summary(None)` reports); those before go."""
+        """The run starts now: the summaries without a window cover the rows from here on."""
         with self.lock:
             self.run_runs = {stage: RunRows(3) for stage in self.run_runs}
             self.run_commands = RunRows(3)
