@@ -59,14 +59,14 @@ if fresh requirements "$REQ_DIGEST"; then
 else
   "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q --upgrade "pip>=23.1"
   mkdir -p "$ROOT/build"
-  { "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
+  echo "  installing with pip, a few minutes on a fresh machine (log: build/pip.log)"
+  if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
       -r "$ROOT/requirements/python.txt" -r "$ROOT/requirements/ros-wheels.txt" -r "$ROOT/requirements/dev.txt" \
-      -c "$ROOT/requirements/lock.txt" 2>&1; echo "$?" > "$ROOT/build/pip.status"; } \
-    | tee "$ROOT/build/pip.log" | { grep --line-buffered -E '^(Collecting|Successfully)' || true; } | sed 's/^/  /'
-  if [ "$(cat "$ROOT/build/pip.status")" != 0 ]; then
+      -c "$ROOT/requirements/lock.txt" > "$ROOT/build/pip.log" 2>&1; then
     { grep -iE 'error' "$ROOT/build/pip.log" || true; } | tail -n 20 >&2
     fail "installing the dependencies failed (full log: build/pip.log)"
   fi
+  echo "  $(sed -n 's/^Successfully installed //p' "$ROOT/build/pip.log" | wc -w) packages installed"
   mark requirements "$REQ_DIGEST"
 fi
 

@@ -1,9 +1,13 @@
 """Files the package ships beside its Python code (config/, launch/, msg/, kernels/, bundles/): found in
-the source checkout, else in the installed share directory (colcon / ament)."""
+the source checkout, else in the installed share directory (colcon / ament). And the child processes
+of the package's own modules, which import the package found the same way."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+from typing import Mapping
 
 PACKAGE = "embodied_ros"
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
@@ -32,3 +36,29 @@ def share_path(*parts: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: {PACKAGE} was installed without it")
     return path
+
+
+# `python -m MODULE ARGUMENTS` without the working folder first on sys.path (what `python -P` does,
+# which Python 3.10 lacks)
+_RUN_MODULE = """import runpy, sys
+if sys.path[0] == "":
+    del sys.path[0]
+runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)"""
+
+
+def module_command(module: str, *arguments: str) -> list[str]:
+    """The command line that runs one of the package's modules as a child process, in this
+    interpreter, importing the package from where an installed one is found (the environment of
+    `child_environment`), whatever the working folder: `python -m` would look there first, and in a
+    colcon workspace's source folder it would find the source tree's package, without the
+    messages the build generated."""
+    return [sys.executable, "-c", _RUN_MODULE, module, *arguments]
+
+
+def child_environment(environment: Mapping[str, str]) -> dict[str, str]:
+    """`environment` for a `module_command` child: when this process runs the package from a source
+    checkout, that checkout goes first on PYTHONPATH, so the child imports it too."""
+    child = dict(environment)
+    if is_source_checkout():
+        child["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE_ROOT), child.get("PYTHONPATH")]))
+    return child

@@ -11,11 +11,14 @@ from collections import Counter
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from trajectory_msgs.msg import JointTrajectory
 
+from embodied_ros.graph.readiness import wait_for_state
 from embodied_ros.node_infra.spinning import SpinThread
 from embodied_ros.node_infra.stats import status_values
 from embodied_ros.node_infra.topics import ACTION_CHUNK, COMMAND_TOPICS, DIAGNOSTICS, INPUT_STATUS, TIMING
@@ -159,3 +162,22 @@ class Outside:
         self.probe.destroy_node()
         rclpy.try_shutdown(context=self.context)
 
+
+
+def configure_and_activate(node: Node, names, timeout_s: float, pump=lambda: time.sleep(0.05)) -> None:
+    """What launch and `ros2 lifecycle set` do to node processes: request configure, then activate,
+    over each node's change_state service. Each state is awaited over get_state, which asks again
+    for an answer a node dropped (graph/readiness.py). Another thread spins `node`; `pump` waits a
+    little (and may raise to give up)."""
+    wait_for_state(node, names, "", timeout_s, pump, state="unconfigured")
+    clients = [node.create_client(ChangeState, f"/{name}/change_state") for name in names]
+    try:
+        for transition, reached in ((Transition.TRANSITION_CONFIGURE, "inactive"),
+                                    (Transition.TRANSITION_ACTIVATE, "active")):
+            for client in clients:
+                assert client.wait_for_service(timeout_sec=timeout_s), f"no {client.srv_name} service"
+                client.call_async(ChangeState.Request(transition=Transition(id=transition)))
+            wait_for_state(node, names, "", timeout_s, pump, state=reached)
+    finally:
+        for client in clients:
+            node.destroy_client(client)

@@ -159,3 +159,25 @@ def test_safety_settings_are_checked_and_unset_limits_are_named():
         load_config(None, {"controller.dry_run": "yes"})
     config = load_config(None, {})
     assert config.controller.ramp_s > 0 and not config.controller.dry_run  # safe unless told otherwise
+
+
+def test_unset_limits_are_warned_about_once_per_process_however_many_controllers_start(capfd):
+    """A lock-step evaluation builds a controller per episode: `eval metaworld` said it 20 times."""
+    import rclpy
+    from rclpy.context import Context
+
+    from embodied_ros.nodes.controller import ControllerNode
+    from graph_harness import next_domain
+
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    try:
+        for joints in (["once_a", "once_b"], ["once_a", "once_b"], ["once_a", "once_b"], ["other_a"]):
+            node = ControllerNode(parameters={"controller.joints": joints}, context=context)
+            node.trigger_configure()
+            node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+    err = capfd.readouterr().err
+    assert err.count("no limits in") == 2, err  # once for each set of joints
+    assert err.count("for joints ['once_a', 'once_b']") == 1 and err.count("for joints ['other_a']") == 1

@@ -74,13 +74,14 @@ def test_chunk_equals_the_direct_runtime_call_with_the_same_noise():
 
 def test_params_file_nests_dotted_names_for_ros():
     from embodied_ros.graph.processes import node_command, params_file_content
+    from embodied_ros.share import module_command
 
     config = load_config(None, {"schedule.perception": 2, "schedule.mode": "lockstep"})
     content = params_file_content(config)["/**"]["ros__parameters"]
     assert content["schedule"]["perception"] == 2 and content["use_sim_time"] is True
     assert "cameras" not in content["inputs"]  # empty lists are left to the node's default
     command = node_command("prefix", "/tmp/p.yaml", namespace="arm", remaps=["joint_states:=/arm/js"])
-    assert command[1:3] == ["-m", "embodied_ros.nodes.prefix"]
+    assert command[:4] == module_command("embodied_ros.nodes.prefix")
     assert command[-4:] == ["-r", "__ns:=/arm", "-r", "joint_states:=/arm/js"]
 
 

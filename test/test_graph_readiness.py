@@ -47,14 +47,14 @@ class _Node:
 def test_an_unanswered_request_is_asked_again(monkeypatch):
     monkeypatch.setattr(readiness, "RESEND_S", 0.01)
     client = _Client([None, "active"])  # the first answer is lost
-    readiness.wait_until_active(_Node(client), ["controller"], "", 5.0, lambda: __import__("time").sleep(0.02))
+    readiness.wait_for_state(_Node(client), ["controller"], "", 5.0, lambda: __import__("time").sleep(0.02))
     assert client.asked == 2 and len(client.dropped) == 1
 
 
 def test_a_node_that_never_answers_times_out_by_name(monkeypatch):
     monkeypatch.setattr(readiness, "RESEND_S", 0.01)
     with pytest.raises(TimeoutError, match="controller"):
-        readiness.wait_until_active(_Node(_Client([])), ["controller"], "", 0.1, lambda: __import__("time").sleep(0.02))
+        readiness.wait_for_state(_Node(_Client([])), ["controller"], "", 0.1, lambda: __import__("time").sleep(0.02))
 
 
 _INTERRUPTED_START = """

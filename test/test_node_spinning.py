@@ -1,6 +1,6 @@
 """node_infra/spinning.py: an executor's thread waits with no timeout and still stops at once
-(rclpy's Python executors and its C++ EventsExecutor alike); a periodic thread keeps its grid
-through a late call and a failing one."""
+(rclpy's Python executors and its C++ EventsExecutor alike), and one that fails says why; a
+periodic thread keeps its grid through a late call and a failing one or preparation."""
 
 import threading
 import time
@@ -49,6 +49,19 @@ def test_a_spinning_thread_runs_its_timer_and_stops_at_once(context, make_execut
         node.destroy_node()
 
 
+def test_a_spinning_thread_that_fails_says_why_and_still_calls_its_exit(context, capfd):
+    exited = threading.Event()
+    spinner = SpinThread(SingleThreadedExecutor(context=context), "doomed", on_exit=exited.set,
+                         prepare=lambda: 1 / 0)
+    spinner.start()
+    try:
+        assert exited.wait(5)
+        assert spinner.failure == "doomed failed: ZeroDivisionError: division by zero"
+        assert "Traceback" in capfd.readouterr().err
+    finally:
+        spinner.stop()
+
+
 def _calls_of(callback, run_s: float, prepare=lambda: None) -> list[float]:
     times: list[float] = []
 
@@ -88,6 +101,13 @@ def test_a_failing_call_is_logged_and_the_calls_go_on(capfd):
     assert prepared_on == ["periodic"]
     err = capfd.readouterr().err
     assert "call failed on periodic" in err and "first call fails" in err
+
+
+def test_a_failing_preparation_is_logged_and_the_calls_go_on(capfd):
+    times = _calls_of(lambda n: None, 0.3, prepare=lambda: 1 / 0)
+    assert len(times) > 5
+    err = capfd.readouterr().err
+    assert "preparing periodic failed; its calls go on" in err and "ZeroDivisionError" in err
 
 
 def test_stop_waits_for_the_call_in_progress():

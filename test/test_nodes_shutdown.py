@@ -1,7 +1,9 @@
 """Processes of the graph end as a ROS user expects: the composed container and a node process
 deactivate their nodes (the controller leaves the arm holding) however many SIGINTs and SIGTERMs
-arrive; a node process whose callback meets a closed context exits 0 without a traceback; a missing bundle
-ends the container with one line and exit status 1; every console script answers --help."""
+arrive; a node process whose callback meets a closed context exits 0 without a traceback; one whose
+spinning thread failed, and a container whose controller process ended, exit 1 with the reason (launch
+reports them); a missing bundle ends the container with one line and exit status 1; every console
+script answers --help."""
 
 import configparser
 import os
@@ -89,6 +91,30 @@ def test_node_process_deactivates_through_a_burst_of_interrupts(ros_domain_id):
     assert not [error for error in TRANSITION_ERRORS if error in text], text
 
 
+SLOW_TO_ACTIVATE = """
+import time
+from embodied_ros.nodes.controller import ControllerNode
+from embodied_ros.nodes.run import run_node
+
+
+class SlowToActivate(ControllerNode):
+    def start(self):
+        super().start()
+        print("activating", flush=True)
+        time.sleep(1.0)
+
+
+run_node(SlowToActivate, ["embodied-ros-controller", "--ros-args", "-p", "autostart:=true"])
+"""
+
+
+def test_node_process_stopped_while_it_activates_still_deactivates(ros_domain_id):
+    code, text = _stop_with_a_burst([sys.executable, "-c", SLOW_TO_ACTIVATE], "activating", (signal.SIGINT,),
+                                    ros_domain_id)
+    assert code == 0 and "[controller]: deactivated" in text, text
+    assert not [error for error in TRANSITION_ERRORS if error in text], text
+
+
 CLOSES_THEN_PUBLISHES = """
 from rclpy.node import Node
 from std_msgs.msg import Empty
@@ -119,6 +145,51 @@ def test_node_process_exits_0_when_a_callback_meets_the_context_closed_by_ctrl_c
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "ended" in result.stdout and "Traceback" not in result.stderr and "RCLError" not in result.stderr
+
+
+FAILS_TO_PREPARE_ITS_THREAD = """
+from embodied_ros.nodes.controller import ControllerNode
+from embodied_ros.nodes.run import run_node
+
+
+class FailsToPrepare(ControllerNode):
+    def prepare_spin_thread(self):
+        raise RuntimeError("no executor thread today")
+
+
+run_node(FailsToPrepare, ["embodied-ros-controller"])
+"""
+
+
+def test_a_node_process_whose_spinning_thread_fails_exits_1_with_the_error(ros_domain_id):
+    result = subprocess.run([sys.executable, "-c", FAILS_TO_PREPARE_ITS_THREAD], env=_environment(ros_domain_id),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "no executor thread today" in result.stderr  # the traceback, logged
+    assert result.stderr.strip().splitlines()[-1] == \
+        "controller: spin failed: RuntimeError: no executor thread today", result.stderr
+
+
+def test_container_whose_controller_process_ends_stops_with_exit_status_1(ros_domain_id):
+    process = subprocess.Popen([sys.executable, "-c", COMPOSED_WITH_FAKE_RUNTIME], env=_environment(ros_domain_id),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = _Output(process)
+    try:
+        assert output.wait_for("graph active", 60), output.text
+        [controller] = _children(process.pid)
+        os.kill(controller, signal.SIGKILL)
+        code = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = output.finish()
+    assert code == 1, text
+    assert "embodied-ros-container: the controller's process ended with exit code -9" in text, text
+
+
+def _children(pid: int) -> list[int]:
+    return [int(child) for task in os.listdir(f"/proc/{pid}/task")
+            for child in open(f"/proc/{pid}/task/{task}/children").read().split()]
 
 
 def test_container_with_a_missing_bundle_fails_with_one_line(tmp_path, ros_domain_id):

@@ -14,7 +14,7 @@ from embodied_ros.node_infra.paths import default_config
 from embodied_ros.nodes import synthetic
 from embodied_ros.nodes.synthetic import SyntheticRobot, robot_for_model
 from embodied_ros.pipeline.stages import load_runtime, read_spec
-from embodied_ros.share import share_path
+from embodied_ros.share import module_command, share_path
 from embodied_ros.replay.synthetic import SyntheticConfig, measured_at, targets_at
 from embodied_ros.sim import robot
 from embodied_ros.sim.robot import ARM_JOINTS
@@ -109,8 +109,8 @@ def test_the_robot_command_of_up_makes_the_robot_of_the_model_without_reading_a_
     spec = FakeRuntime(cameras=("front", "wrist"), image_size=(6, 8)).spec
     config = load_config(None, {"inputs.state_joints": ["base", "lift"], "synthetic.camera_rate_hz": 7.0})
     command = synthetic.robot_command(config, spec, tmp_path)
-    assert command[1:3] == ["-m", "embodied_ros.nodes.synthetic"]
-    make_robot = synthetic.robot_from_arguments(["embodied-ros-synthetic-robot", *command[3:],
+    assert command[:4] == module_command("embodied_ros.nodes.synthetic")
+    make_robot = synthetic.robot_from_arguments(["embodied-ros-synthetic-robot", *command[4:],
                                                  "--ros-args", "-r", "__ns:=/arm"])
     context = Context()
     rclpy.init(context=context, domain_id=next_domain())

@@ -93,3 +93,26 @@ def test_no_compiler(sandbox):
     result = run_setup(repo, str(tools))
     assert result.returncode == 1
     assert "C and C++ compiler" in result.stderr
+
+
+def test_installing_the_dependencies_prints_a_count_not_every_package(sandbox):
+    """pip's "Collecting ..." lines, one per package (about 150), go to build/pip.log only."""
+    repo, tools = sandbox
+    for name in ("mkdir", "sha256sum", "wc", "grep", "tail", "tee"):
+        (tools / name).symlink_to(shutil.which(name))
+    (repo / "requirements").mkdir()
+    for name in ("dev", "lock", "python", "ros-wheels"):
+        (repo / "requirements" / f"{name}.txt").write_text("")
+    venv_python = repo / ".venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    collecting = "; ".join(f"echo 'Collecting package{i}==1.0'" for i in range(40))
+    fake_tool(venv_python.parent, "python", f"""case "$*" in
+  *"pip install"*" -r "*) {collecting}; echo 'Successfully installed package0-1.0 package1-1.0 package2-1.0';;
+  *"pip install"*) ;;
+  *) exec {sys._base_executable} "$@";;
+esac""")
+    result = run_setup(repo, str(tools))
+    step = result.stdout.partition("[setup 3/7]")[2].partition("[setup 4/7]")[0]
+    assert "3 packages installed" in step, result.stdout + result.stderr
+    assert "Collecting" not in result.stdout
+    assert (repo / "build" / "pip.log").read_text().count("Collecting") == 40

@@ -3,9 +3,21 @@ the controller run alone asks for SCHED_FIFO where permitted (controller.realtim
 ticks, one below its executor and two below its diagnostics."""
 
 import os
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
+
+import pytest
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
 
 from embodied_ros.node_infra.priority import lower_this_thread, realtime_scheduling
+from embodied_ros.node_infra.spinning import SpinThread
+from graph_harness import configure_and_activate
 
 
 def _nice_in_new_thread(*steps):
@@ -77,20 +89,22 @@ def _fifo_priorities(pid: int) -> list[int]:
     return sorted(priorities, reverse=True)
 
 
-def test_a_controller_run_alone_ticks_at_its_priority_takes_chunks_one_below_and_reports_two_below(ros_domain_id):
+@pytest.mark.parametrize("started_by", ["autostart", "a lifecycle client"])
+def test_a_controller_run_alone_ticks_at_its_priority_takes_chunks_one_below_and_reports_two_below(
+        ros_domain_id, started_by):
     """Only the threads that take the interpreter, which a tick may wait for (the ticks', the
-    executor's: also the lock; the diagnostics'), are real-time; the middleware's threads are not."""
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
+    executor's: also the lock; the diagnostics'), are real-time; the middleware's threads are not.
+    The same whether the node configures itself or a lifecycle manager configures it over its
+    services once its executor spins."""
     root = Path(__file__).resolve().parents[1]
     environment = {**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1"}
+    autostart = str(started_by == "autostart").lower()
     process = subprocess.Popen([sys.executable, "-m", "embodied_ros.nodes.controller", "--ros-args", "-p",
-                                "autostart:=true", "-p", "controller.realtime_priority:=30"],
+                                f"autostart:={autostart}", "-p", "controller.realtime_priority:=30"],
                                env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
+        if started_by == "a lifecycle client":
+            _configure_and_activate_from_outside("controller")
         output = ""
         for line in process.stdout:
             output += line
@@ -98,10 +112,28 @@ def test_a_controller_run_alone_ticks_at_its_priority_takes_chunks_one_below_and
                 break
         time.sleep(0.5)  # both threads have run their preparation by now
         priorities = _fifo_priorities(process.pid)
+        alive = process.poll() is None
     finally:
         process.terminate()
         process.wait(timeout=30)
+    assert alive, output + process.stdout.read()
     if "not permitted" in output:
         assert priorities == [], output
     else:
         assert priorities == [30, 29, 28], output
+
+
+def _configure_and_activate_from_outside(name: str) -> None:
+    context = Context()
+    rclpy.init(context=context)
+    client = Node("lifecycle_client", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(client)
+    spinner = SpinThread(executor, "lifecycle-client")
+    spinner.start()
+    try:
+        configure_and_activate(client, [name], 60.0)
+    finally:
+        spinner.stop()
+        client.destroy_node()
+        rclpy.try_shutdown(context=context)

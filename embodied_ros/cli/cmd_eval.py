@@ -39,7 +39,7 @@ def run(args) -> int:
 
     import yaml
 
-    from embodied_ros.share import share_path
+    from embodied_ros.share import child_environment, module_command, share_path
     from embodied_ros.sim.metaworld import missing_simulator
     from embodied_ros.sim.metaworld_eval import compare_first_chunks, success_rate, write_report
 
@@ -70,11 +70,11 @@ def run(args) -> int:
         runs = []
         for index, task in enumerate(args.tasks):  # the tasks in parallel, each in its own DDS domain
             result = Path(scratch) / f"{task}.json"
-            command = [sys.executable, "-m", "embodied_ros.sim.metaworld_eval", "--config", config,
-                       "--overrides", json.dumps(overrides), "--task", task, "--seeds", *seeds,
-                       "--max-steps", str(args.max_steps), "--json", str(result),
-                       "--domain-id", str((base_domain + index) % 232)]
-            runs.append((task, result, subprocess.Popen(command)))
+            command = module_command("embodied_ros.sim.metaworld_eval", "--config", config,
+                                     "--overrides", json.dumps(overrides), "--task", task, "--seeds", *seeds,
+                                     "--max-steps", str(args.max_steps), "--json", str(result),
+                                     "--domain-id", str((base_domain + index) % 232))
+            runs.append((task, result, subprocess.Popen(command, env=child_environment(os.environ))))
         failed = [task for task, result, process in runs if process.wait() != 0 or not result.is_file()]
         if failed:
             print(f"eval metaworld: the episodes of {', '.join(failed)} failed (see above)", file=sys.stderr)

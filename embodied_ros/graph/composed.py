@@ -19,7 +19,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 
 from embodied_ros.graph.processes import SeparateGraph
-from embodied_ros.graph.readiness import wait_until_active
+from embodied_ros.graph.readiness import wait_for_state
 from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.node_infra.node_table import graph_nodes, node_class, node_spec
 from embodied_ros.node_infra.spinning import SpinThread
@@ -118,6 +118,16 @@ class ComposedGraph:
         """Nodes in a child process that ended, with exit codes."""
         return self.controller_process.exited() if self.controller_process is not None else {}
 
+    def failure(self) -> str:
+        """Why the graph no longer serves every node ("" while it does): a thread spinning its nodes
+        failed, or the controller's process ended."""
+        failed = [spinner.failure for spinner in self._spinners if spinner.failure]
+        if failed:
+            return failed[0]
+        if self.exited():
+            return f"the controller's process ended with exit code {self.exited()[CONTROLLER]}"
+        return ""
+
     def _start_controller_process(self) -> None:
         namespace, remaps = ros_remaps(self.cli_args)
         transport = replace(self.config.transport, mode="auto")  # the controller reads only plain messages
@@ -134,8 +144,8 @@ class ComposedGraph:
         executor = SingleThreadedExecutor(context=self.context)
         executor.add_node(waiter)
         try:
-            wait_until_active(waiter, process.node_names, process.namespace, CONTROLLER_START_TIMEOUT_S,
-                              lambda: _pump(executor, process))
+            wait_for_state(waiter, process.node_names, process.namespace, CONTROLLER_START_TIMEOUT_S,
+                           lambda: _pump(executor, process))
         except (TimeoutError, ChildProcessError) as error:
             process.keep_logs = True
             raise RuntimeError(f"the controller's process did not start: {error} (its log: "

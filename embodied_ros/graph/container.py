@@ -6,7 +6,8 @@ rclpy has no component containers for Python nodes, so this executable is how th
 composed under `launch` (ComposedNode is C++-only). ROS arguments (namespace, remaps) apply to
 every node. The container configures and activates its nodes itself; the controller, on the
 realtime schedule, runs in a child process of the container (graph/composed.py says why). A graph that cannot start
-(no bundle, a bad setting) ends it with one line on stderr and exit status 1.
+(no bundle, a bad setting), or that stops serving its nodes (the controller's process ended), ends it with one line on
+stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ def main(args=None) -> None:
 
 def serve(config: GraphConfig, argv: list[str], runtime: Runtime | None = None) -> None:
     """Run the composed graph until SIGINT or SIGTERM, then deactivate every node (the controller
-    leaves the arm holding) before the context goes down. `runtime`: an already loaded one."""
+    leaves the arm holding) before the context goes down. `runtime`: an already loaded one. A graph
+    that stops serving its nodes (a spinning thread failed, the controller's process ended) is
+    stopped too, and ends the process with exit status 1."""
     failure = ""
     with stopped_by_signals(argv):
         logger = rclpy.logging.get_logger(PROG)
@@ -73,7 +76,7 @@ def serve(config: GraphConfig, argv: list[str], runtime: Runtime | None = None) 
         try:
             graph.start()
             logger.info(f"graph active: {', '.join(graph.nodes)}")
-            while rclpy.ok() and not stop_requested():
+            while rclpy.ok() and not stop_requested() and not (failure := graph.failure()):
                 time.sleep(0.2)
         except KeyboardInterrupt:
             pass

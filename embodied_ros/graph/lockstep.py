@@ -35,7 +35,7 @@ from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.node_infra.node_table import graph_nodes
 from embodied_ros.node_infra.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
-from embodied_ros.graph.readiness import wait_until_active
+from embodied_ros.graph.readiness import wait_for_state
 from embodied_ros.node_infra.schedule import StepClock, runs_on
 from embodied_ros.node_infra.stats import status_values
 from embodied_ros.node_infra.topics import (
@@ -274,8 +274,8 @@ class LockstepGraph:
 
     def _wait_until_active(self) -> None:
         """Separate processes: wait until every node reports the lifecycle state `active`."""
-        wait_until_active(self.driver, self.node_names, self.namespace, self.timeout_s,
-                          lambda: self.executor.spin_once(timeout_sec=0.01))
+        wait_for_state(self.driver, self.node_names, self.namespace, self.timeout_s,
+                       lambda: self.executor.spin_once(timeout_sec=0.01))
 
 
 def _stamped_image(image: np.ndarray | Image, stamp_ns: int) -> Image:

@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -22,7 +21,7 @@ import yaml
 from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.node_infra.node_table import node_spec
 from embodied_ros.node_infra.paths import dds_environment
-from embodied_ros.share import SOURCE_ROOT, is_source_checkout
+from embodied_ros.share import child_environment, module_command
 from embodied_ros.nodes.params import node_parameters
 from embodied_ros.nodes.run import PARENT_PID
 
@@ -41,8 +40,8 @@ def params_file_content(config: GraphConfig) -> dict:
 
 def node_command(node: str, params_file: Path, namespace: str = "", remaps: Sequence[str] = ()) -> list[str]:
     """The command line that runs one node of the graph, configured and activated on start."""
-    return [sys.executable, "-m", node_spec(node).module, "--ros-args", "--params-file", str(params_file),
-            "-p", "autostart:=true", *_remap_arguments(namespace, remaps)]
+    return module_command(node_spec(node).module, "--ros-args", "--params-file", str(params_file),
+                          "-p", "autostart:=true", *_remap_arguments(namespace, remaps))
 
 
 def _remap_arguments(namespace: str, remaps: Sequence[str]) -> list[str]:
@@ -66,9 +65,7 @@ class SeparateGraph:
         # a log folder of its own goes with a clean stop; one the caller named, or one a failure
         # points to (keep_logs), stays
         self.keep_logs = log_dir is not None
-        self.env = {**os.environ, **dds_environment(), PARENT_PID: str(os.getpid()), **(env or {})}
-        if is_source_checkout():  # the children import this checkout, whatever their working directory
-            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE_ROOT), self.env.get("PYTHONPATH")]))
+        self.env = child_environment({**os.environ, **dds_environment(), PARENT_PID: str(os.getpid()), **(env or {})})
         if domain_id is not None:
             self.env["ROS_DOMAIN_ID"] = str(domain_id)
         self.processes: dict[str, subprocess.Popen] = {}

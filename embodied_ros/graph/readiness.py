@@ -1,4 +1,5 @@
-"""Waiting for node processes to come up: ask each node's lifecycle state until it is `active`.
+"""Waiting for node processes to come up: ask each node's lifecycle state until it is `active` (or
+another state a lifecycle client waits for).
 
 A request whose answer does not come within RESEND_S is asked again: a node that answers before it
 has discovered the asker's reply reader drops the answer ("failed to send response"), and waiting
@@ -15,17 +16,18 @@ from rclpy.node import Node
 RESEND_S = 0.25  # a dropped answer costs this much start-up; a request is a few bytes
 
 
-def wait_until_active(node: Node, names: Sequence[str], namespace: str, timeout_s: float,
-                      pump: Callable[[], None]) -> None:
-    """Return once every node in `names` reports `active`; TimeoutError naming the ones that do not.
-    `pump` lets responses arrive (spin the node once, or sleep while another thread spins it)."""
+def wait_for_state(node: Node, names: Sequence[str], namespace: str, timeout_s: float,
+                   pump: Callable[[], None], state: str = "active") -> None:
+    """Return once every node in `names` reports lifecycle state `state`; TimeoutError naming the
+    ones that do not. `pump` lets responses arrive (spin the node once, or sleep while another
+    thread spins it)."""
     prefix = "/" + namespace.strip("/") if namespace.strip("/") else ""
     clients = {name: node.create_client(GetState, f"{prefix}/{name}/get_state") for name in names}
     states = {name: "unknown" for name in names}
     pending: dict[str, tuple[object, float]] = {}  # name -> (future, when asked)
     deadline = time.monotonic() + timeout_s
     try:
-        while any(state != "active" for state in states.values()):
+        while any(current != state for current in states.values()):
             for name, client in clients.items():
                 future, asked = pending.get(name, (None, 0.0))
                 if future is not None and future.done():
@@ -34,11 +36,11 @@ def wait_until_active(node: Node, names: Sequence[str], namespace: str, timeout_
                 elif future is not None and time.monotonic() - asked > RESEND_S:
                     client.remove_pending_request(future)
                     pending.pop(name)
-                if states[name] != "active" and name not in pending and client.service_is_ready():
+                if states[name] != state and name not in pending and client.service_is_ready():
                     pending[name] = (client.call_async(GetState.Request()), time.monotonic())
             if time.monotonic() > deadline:
-                waiting = {name: state for name, state in states.items() if state != "active"}
-                raise TimeoutError(f"nodes not active after {timeout_s:.0f} s: {waiting}")
+                waiting = {name: current for name, current in states.items() if current != state}
+                raise TimeoutError(f"nodes not {state} after {timeout_s:.0f} s: {waiting}")
             pump()
     finally:
         for client in clients.values():

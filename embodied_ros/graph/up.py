@@ -17,7 +17,7 @@ from embodied_ros.graph.monitor import GraphMonitor
 from embodied_ros.node_infra.node_table import graph_nodes
 from embodied_ros.node_infra.paths import using_dds_environment
 from embodied_ros.graph.processes import SeparateGraph
-from embodied_ros.graph.readiness import wait_until_active
+from embodied_ros.graph.readiness import wait_for_state
 from embodied_ros.node_infra.spinning import SpinThread, interrupts_ignored
 from embodied_ros.nodes.controller import WAITING_FOR_FIRST_CHUNK
 from embodied_ros.nodes.runtime_cache import acquire_runtime
@@ -78,7 +78,7 @@ def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, doma
         rclpy.init(context=context, domain_id=domain_id)
         node_kwargs = dict(context=context, namespace=namespace)
         monitor = GraphMonitor(config.controller.rate_hz, config.controller.output, config.controller.dry_run,
-                               **node_kwargs)
+                               recent_s=live_window_s(summary_period_s), **node_kwargs)
     outside = SingleThreadedExecutor(context=context)
     outside.add_node(monitor)
     spinner = SpinThread(outside, "up-outside")
@@ -92,12 +92,13 @@ def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, doma
     try:
         graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
         if isinstance(graph, SeparateGraph):
-            wait_until_active(monitor, graph.node_names, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
+            wait_for_state(monitor, graph.node_names, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
         if robot is not None:
             _wait_for_robot(monitor, robot, namespace)
         print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "
                  f"{time.monotonic() - launched:.1f} s; running for {duration_s:.0f} s")
         started = time.monotonic()
+        monitor.start_run()
         try:
             _watch(monitor, ended, duration_s, summary_period_s, started, print_fn)
         except KeyboardInterrupt:  # Ctrl-C outside the watch loop's sleep: still report
@@ -105,7 +106,7 @@ def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, doma
         first_chunk_s = monitor.first_chunk_s(launched)
         ran_s = time.monotonic() - started
         # the tables cover the run announced by "graph up": not the start-up before it, nor the teardown after
-        stages, commands = monitor.stage_summary(started), monitor.command_summary(int(started * 1e9))
+        stages, commands = monitor.stage_summary(), monitor.command_summary()
         exited = ended()
     finally:
         with interrupts_ignored():  # a second Ctrl-C here would abandon nodes mid-teardown (abort at exit)
@@ -171,21 +172,25 @@ def _watch(monitor: GraphMonitor, ended: Callable[[], dict[str, int]], duration_
             break
         if time.monotonic() >= next_print:
             next_print += period_s
-            print_fn(live_line(monitor, time.monotonic() - started, window_s=max(period_s, 2.0)))
+            print_fn(live_line(monitor, time.monotonic() - started, window_s=live_window_s(period_s)))
+
+
+def live_window_s(period_s: float) -> float:
+    """The live summary printed every `period_s` covers this many seconds."""
+    return max(period_s, 2.0)
 
 
 def live_line(monitor: GraphMonitor, elapsed_s: float, window_s: float) -> str:
     """One line per period: each stage's rate and compute time (p50), the chunk age, the command
     stream's rate and period error (p99, on arrival), the controller's state and, while the observation node
     refuses its inputs, why; over the last `window_s`."""
-    since = time.monotonic() - window_s
-    stages = monitor.stage_summary(since)
+    stages = monitor.stage_summary(window_s)
     parts = [f"{elapsed_s:6.1f}s"]
     for stage, row in stages.items():
         parts.append(f"{stage} {row['rate_hz']:.1f}Hz {_ms(row['compute_ms_p50'], 1)}")
     if "action" in stages:
         parts.append(f"chunk age {_ms(stages['action']['staleness_ms_p50'], 0)}")
-    commands = monitor.command_summary(time.monotonic_ns() - int(window_s * 1e9))
+    commands = monitor.command_summary(window_s)
     parts.append(f"cmd {commands['rate_hz']:.1f}Hz period err p99 {_ms(commands['arrival_period_error_ms_p99'], 1)}")
     parts.append(f"controller: {monitor.controller_message or '-'}")
     if problem := monitor.current_input_problem():

@@ -32,10 +32,11 @@ def lower_this_thread(nice: int) -> None:
         pass
 
 
-def realtime_scheduling(priority: int) -> str:
-    """Put the calling thread under SCHED_FIFO at `priority`; "" when done, else why not."""
+def realtime_scheduling(priority: int, thread: int | None = None) -> str:
+    """Put a thread of this process (its native id; default the calling thread) under SCHED_FIFO at
+    `priority`; "" when done, else why not."""
     try:
-        os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO, os.sched_param(priority))
+        os.sched_setscheduler(thread or threading.get_native_id(), os.SCHED_FIFO, os.sched_param(priority))
     except (OSError, AttributeError) as error:  # EPERM without the privilege; no SCHED_FIFO on this platform
         return f"{getattr(error, 'strerror', None) or error}"
     return ""

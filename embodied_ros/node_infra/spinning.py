@@ -28,10 +28,11 @@ class SpinThread:
     def __init__(self, executor: Executor, name: str, on_exit: Callable[[], None] = lambda: None,
                  prepare: Callable[[], None] = lambda: None):
         """`prepare` runs on the thread before it spins; `on_exit` once spinning ends, whether by
-        stop() or the context's shutdown."""
+        stop(), the context's shutdown or an error (`failure` then says which)."""
         self.executor = executor
         self.on_exit = on_exit
         self.prepare = prepare
+        self.failure = ""  # why the thread ended on its own: `prepare` or the executor raised
         self._stopped: Future = Future()
         self._thread = threading.Thread(target=self._spin, name=name, daemon=True)
 
@@ -49,6 +50,10 @@ class SpinThread:
         try:
             self.prepare()
             self._spin_until_stopped()
+        except BaseException as error:  # the thread ends here: whoever waits on it is told why
+            self.failure = f"{self._thread.name} failed: {type(error).__name__}: {error}"
+            rclpy.logging.get_logger("embodied_ros.graph").fatal(
+                f"{self.failure}; its executor spins no more:\n{traceback.format_exc()}")
         finally:
             self.on_exit()
 
@@ -82,7 +87,7 @@ class PeriodicThread:
     thread, until stopped; `prepare` runs first on that thread (e.g. real-time scheduling). The
     calls keep to that grid: a late call does not delay the next ones, and calls missed by more
     than a period are dropped, not made up in a burst. A call that raises is logged and the calls
-    go on.
+    go on; so do they when `prepare` raises.
 
     A node's /diagnostics go out this way, not from a timer of its executor: a stage's executor
     thread is busy while the stage computes, and a multi-threaded executor costs rclpy so much
@@ -107,7 +112,11 @@ class PeriodicThread:
             self._thread.join(timeout=timeout_s)
 
     def _loop(self) -> None:
-        self.prepare()
+        try:
+            self.prepare()
+        except Exception:
+            rclpy.logging.get_logger("embodied_ros.graph").error(
+                f"preparing {self._thread.name} failed; its calls go on:\n{traceback.format_exc()}")
         due_ns = time.monotonic_ns() + self.period_ns
         while not self._stopped.wait(max(0, due_ns - time.monotonic_ns()) / 1e9):
             try:

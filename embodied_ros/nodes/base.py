@@ -47,6 +47,7 @@ class GraphNode(LifecycleNode):
         declare_config(self)
         self.injected_runtime = runtime  # tests and in-process graphs may hand over a runtime
         self.store = store or PROCESS_STORE
+        self.configured = False  # configure read the configuration; cleanup or shutdown since: False
         self.active = False
         self.work_group = MutuallyExclusiveCallbackGroup()  # data callbacks: one at a time
         self.polled_group = PolledGroup()
@@ -75,6 +76,7 @@ class GraphNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {error}")
             self._destroy_entities()
             return TransitionCallbackReturn.FAILURE
+        self.configured = True
         return super().on_configure(state)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -88,12 +90,13 @@ class GraphNode(LifecycleNode):
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.configured = False
         result = super().on_cleanup(state)
         self._destroy_entities()
         return result
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.active = False
+        self.active = self.configured = False
         result = super().on_shutdown(state)
         self._destroy_entities()
         return result
@@ -110,7 +113,9 @@ class GraphNode(LifecycleNode):
         """Stop timers (deactivate)."""
 
     def prepare_spin_thread(self) -> None:
-        """On the thread that will spin this node's executor, before it spins (run alone, nodes/run.py)."""
+        """On the thread that will spin this node's executor, before it spins (run alone, nodes/run.py):
+        before configure, unless `autostart` configured the node already; a lifecycle manager's
+        configure comes later, served by this thread."""
 
     def prepare_diagnostics_thread(self) -> None:
         """On the diagnostics thread, before its first report."""

@@ -49,10 +49,14 @@ from embodied_ros.pipeline.types import ActionChunkResult
 DEACTIVATED = "controller deactivated"
 TICK_SWITCH_INTERVAL_S = 0.0005
 WAITING_FOR_FIRST_CHUNK = "waiting for the first action chunk"  # start-up: no warning
+# the warnings about unset limits given in this process, each given once: a lock-step evaluation
+# builds a controller per episode (diagnostics keep naming the unset limits: `unset_limits`)
+_UNSET_LIMITS_WARNED: set[str] = set()
 
 
 class ControllerNode(GraphNode):
     stage = "controller"
+    executor_thread: int | None = None  # run alone: the native id of the thread spinning its executor
 
     def setup(self) -> None:
         settings = self.config.controller
@@ -88,6 +92,8 @@ class ControllerNode(GraphNode):
         self.command_publisher = self.lifecycle_publisher(
             message_type, command_topic(settings.output, settings.dry_run), self.drive.command_qos())
         self.commanded_publisher = self.lifecycle_publisher(JointState, COMMANDED, self.drive.command_qos())
+        if self.executor_thread is not None:  # a lifecycle manager's configure, on that thread
+            self._realtime(below=1, thread=self.executor_thread)
 
     def start(self) -> None:
         # no chunk at activation: that state reported and logged now, as a process's first diagnostics
@@ -119,8 +125,11 @@ class ControllerNode(GraphNode):
     def prepare_spin_thread(self) -> None:
         """The executor's thread real-time too, one below the ticks: a tick waiting for the interpreter
         or the lock while that thread takes a chunk must not also wait for the model's processes to
-        give it a core back (refused, the ticks' thread says so)."""
-        self._realtime(below=1)
+        give it a core back (refused, the ticks' thread says so). Its priority comes with the
+        configuration: set here when autostart configured the node already, else by configure."""
+        self.executor_thread = threading.get_native_id()
+        if self.configured:
+            self._realtime(below=1, thread=self.executor_thread)
 
     def prepare_diagnostics_thread(self) -> None:
         """The diagnostics thread real-time too, below the executor's, for the same reason: it holds
@@ -128,11 +137,11 @@ class ControllerNode(GraphNode):
         if self.runs_alone:
             self._realtime(below=2)
 
-    def _realtime(self, below: int) -> str:
-        """SCHED_FIFO for the calling thread, `below` under controller.realtime_priority (0: none
-        asked); "" when done or not asked, else why not."""
+    def _realtime(self, below: int, thread: int | None = None) -> str:
+        """SCHED_FIFO for `thread` (default: the calling one), `below` under
+        controller.realtime_priority (0: none asked); "" when done or not asked, else why not."""
         priority = self.config.controller.realtime_priority
-        return realtime_scheduling(max(1, priority - below)) if priority > 0 else ""
+        return realtime_scheduling(max(1, priority - below), thread) if priority > 0 else ""
 
     def stop(self) -> None:
         if self._ticker is not None:
@@ -276,9 +285,11 @@ class ControllerNode(GraphNode):
         settings = self.config.controller
         limits = JointLimits.from_lists(len(joint_names), settings.position_lower, settings.position_upper,
                                         settings.max_velocity, joint_names, settings.max_jump)
-        if limits.unset():
-            self.get_logger().warning(f"no limits in {', '.join(f'controller.{n}' for n in limits.unset())} for "
-                                      f"joints {list(joint_names)}: chunks are not checked against them")
+        warning = (f"no limits in {', '.join(f'controller.{n}' for n in limits.unset())} for joints "
+                   f"{list(joint_names)}: chunks are not checked against them")
+        if limits.unset() and warning not in _UNSET_LIMITS_WARNED:
+            _UNSET_LIMITS_WARNED.add(warning)
+            self.get_logger().warning(warning)
         self.logic = CommandLogic(limits, self.period_ns, seconds_to_ns(settings.blend_s),
                                   seconds_to_ns(settings.input_timeout_s), seconds_to_ns(self.config.inputs.max_future_s),
                                   settings.ramp_s, settings.ramp_max_velocity)

@@ -25,7 +25,10 @@ from embodied_ros.node_infra.spinning import SpinThread
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _STOP = threading.Event()  # set by the first ending signal, whether or not its KeyboardInterrupt arrives
-_WAITING_FOR_STOP = threading.Event()  # set while the main thread waits on _STOP (spin_until_stopped)
+# set while a stop is only recorded, not raised in the main thread: while it waits on _STOP
+# (spin_until_stopped), and while it activates a node (an interrupt inside that transition would
+# leave the node "activating", which cannot be deactivated: the controller would not hold the arm)
+_STOP_ONLY_RECORDED = threading.Event()
 PARENT_PID = "EMBODIED_ROS_PARENT_PID"  # set by graph/processes.py: its node processes end with it
 PARENT_POLL_S = 0.5
 
@@ -64,6 +67,7 @@ def stopped_by_signals(argv: list[str]):
     one (the terminal's Ctrl-C after launch's SIGINT) cannot turn exit status 0 into a signal's."""
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
     _STOP.clear()
+    _STOP_ONLY_RECORDED.clear()
     for number in ENDING_SIGNALS:
         signal.signal(number, _stop_once)
     _end_with_parent()
@@ -110,20 +114,27 @@ def _wait_for_parent_exit(parent: int) -> None:
         os.close(pidfd)
 
 
+class SpinFailed(RuntimeError):
+    """The thread spinning a process's executor ended with an error."""
+
+
 def spin_until_stopped(executor: Executor, prepare: Callable[[], None] = lambda: None) -> None:
     """Spin `executor` until SIGINT or SIGTERM (or the context's shutdown), in the main thread's
     process under `stopped_by_signals`. The executor spins on a thread of its own, waiting for work
     with no timeout (node_infra/spinning.py); the main thread, where Python runs signal handlers,
     sleeps on the stop, so a signal ends the spin at once and never lands inside a callback or
-    rclpy's C++ side. `prepare` runs on the spinning thread first."""
+    rclpy's C++ side. `prepare` runs on the spinning thread first. SpinFailed when that thread
+    ended with an error: the process must not go on, or end, as if it served its nodes."""
     spinner = SpinThread(executor, "spin", on_exit=_STOP.set, prepare=prepare)
-    _WAITING_FOR_STOP.set()
+    _STOP_ONLY_RECORDED.set()
     try:
         spinner.start()
         _STOP.wait()
     finally:
-        _WAITING_FOR_STOP.clear()
+        _STOP_ONLY_RECORDED.clear()
         spinner.stop()
+    if spinner.failure:
+        raise SpinFailed(spinner.failure)
 
 
 def stop_requested() -> bool:
@@ -133,11 +144,11 @@ def stop_requested() -> bool:
 
 def _stop_once(signum, frame) -> None:
     """The first SIGINT or SIGTERM stops the process; any later one is ignored. The stop is
-    recorded; the main thread is interrupted only when it is not waiting on the record
-    (spin_until_stopped), e.g. while the nodes start up."""
+    recorded; the main thread is interrupted too unless _STOP_ONLY_RECORDED, e.g. while a node
+    configures (loading a bundle, compiling kernels)."""
     ignore_ending_signals()
     _STOP.set()
-    if not _WAITING_FOR_STOP.is_set():
+    if not _STOP_ONLY_RECORDED.is_set():
         raise KeyboardInterrupt
 
 
@@ -155,16 +166,18 @@ def ignore_ending_signals() -> None:
 
 def run_node(node_class, args=None) -> None:
     """Spin one node until SIGINT or SIGTERM, then deactivate it; with the `autostart` parameter it
-    configures and activates itself."""
+    configures and activates itself. A spinning thread that failed ends the process with exit
+    status 1 once the node is deactivated."""
     argv = sys.argv if args is None else args
     parse_node_arguments(node_class, argv)
     share_cores_with_other_processes()
+    failure = ""
     with stopped_by_signals(argv):
         node = None
         try:
             node = node_class()
             node.runs_alone = True
-            if node.get_parameter("autostart").value and bring_up([node]):
+            if node.get_parameter("autostart").value and bring_up([node], _STOP_ONLY_RECORDED.set):
                 node.get_logger().fatal("could not start; see the error above")
                 sys.exit(1)
             executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
@@ -172,6 +185,8 @@ def run_node(node_class, args=None) -> None:
             spin_until_stopped(executor, getattr(node, "prepare_spin_thread", lambda: None))
         except KeyboardInterrupt:
             pass
+        except SpinFailed as error:
+            failure = str(error)
         finally:
             ignore_ending_signals()
             if getattr(node, "active", False):
@@ -181,3 +196,5 @@ def run_node(node_class, args=None) -> None:
                     node.get_logger().error("could not deactivate")
             if node is not None:
                 node.destroy_node()
+    if failure:
+        sys.exit(f"{node_class.stage}: {failure}")

@@ -42,6 +42,7 @@ from embodied_ros.node_infra.topics import COMMAND_TOPICS, INSTRUCTION, INSTRUCT
 from embodied_ros.inputs.image import array_to_image
 from embodied_ros.inputs.stamps import ns_to_time
 from embodied_ros.pipeline.stages import ModelSpec, read_spec
+from embodied_ros.share import module_command
 from embodied_ros.sim import robot
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.utilities import remove_ros_args
@@ -124,7 +125,7 @@ def robot_command(config: GraphConfig, spec: ModelSpec, folder: Path) -> list[st
     config_file = folder / "synthetic_robot.yaml"
     config_file.write_text(yaml.safe_dump(values, sort_keys=False))
     height, width = spec.image_size
-    command = [sys.executable, "-m", __name__, "--config", str(config_file)]
+    command = module_command(__name__, "--config", str(config_file))
     for camera in config.inputs.cameras or spec.camera_names:
         command += ["--camera", f"{camera}={height}x{width}"]
     return command

@@ -25,7 +25,7 @@ from sensor_msgs.msg import JointState
 from embodied_ros.graph.composed import graph_nodes
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.monitor import GraphMonitor
-from embodied_ros.graph.readiness import wait_until_active
+from embodied_ros.graph.readiness import wait_for_state
 from embodied_ros.node_infra.spinning import SpinThread
 from embodied_ros.node_infra.topics import JOINT_STATES
 from embodied_ros.pipeline.stages import read_spec
@@ -59,7 +59,7 @@ def probe(config_path: Path, layout: str, timeout_s: float, window_s: float, min
     names = graph_nodes(True) if layout == "separate" else graph_nodes(read_spec(config.bundle).has_world_model)
     context = Context()
     rclpy.init(context=context)
-    monitor = GraphMonitor(config.controller.rate_hz, config.controller.output, context=context)
+    monitor = GraphMonitor(config.controller.rate_hz, config.controller.output, recent_s=window_s, context=context)
     joints = JointWatch(monitor)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(monitor)
@@ -70,14 +70,14 @@ def probe(config_path: Path, layout: str, timeout_s: float, window_s: float, min
     deadline = started + timeout_s
     try:
         try:
-            wait_until_active(monitor, names, "", timeout_s, lambda: time.sleep(0.05))
+            wait_for_state(monitor, names, "", timeout_s, lambda: time.sleep(0.05))
         except TimeoutError as error:
             result["problem"] = str(error)
             return result
         result["active_s"] = round(time.monotonic() - started, 2)
         while time.monotonic() < deadline:
             time.sleep(0.25)
-            rate = monitor.command_summary(time.monotonic_ns() - int(window_s * 1e9))["rate_hz"]
+            rate = monitor.command_summary(window_s)["rate_hz"]
             result["command_rate_hz"] = round(rate, 1)
             if rate >= min_rate * config.controller.rate_hz and time.monotonic() - started - result["active_s"] >= window_s:
                 result["streaming_s"] = round(time.monotonic() - started, 2)

@@ -13,8 +13,10 @@
 #   LAUNCH_ARGS more NAME:=VALUE arguments for every `ros2 launch` (e.g. sigterm_timeout:=20)
 #
 # 1. launch_test of test/launch/test_latency_launch.py on the install as it is (run first, so it sees
-#    the kernel cache the install built, not one a launch below filled): passes, and its time from start.
-# 2. For pi05.launch.py and lingbot_va.launch.py, layout:=composed and layout:=separate, RUNS times:
+#    the kernel cache the install built, not one a launch below filled), in each layout, started from
+#    the package's source folder (as a developer runs it) and from another folder: passes, and its
+#    time from start.
+# 2. For every launch file of LAUNCH_FILES, layout:=composed and layout:=separate, RUNS times:
 #    `ros2 launch ... robot:=synthetic`; graph_probe.py waits until every node is active and the
 #    commands stream at the controller's rate, and sees the simulated arm's joint states change; then
 #    SIGINT to `ros2 launch` (what Ctrl-C sends it); `ros2 launch` must exit 0 within 60 s, leave no
@@ -49,16 +51,24 @@ FAILED=0
 SUMMARY=()
 
 if [[ " $ONLY " == *" launch_test "* ]]; then
-  test_file="$WS/src/embodied_ros/test/launch/test_latency_launch.py"
-  start_ns=$(date +%s%N)
-  ROS_DOMAIN_ID=$DOMAIN_BASE timeout 300 launch_test "$test_file" > "$LOGS/launch_test.log" 2>&1
-  rc=$?
-  took_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
-  verdict=pass
-  if [ $rc != 0 ]; then verdict="FAIL (exit $rc)"; FAILED=1
-  elif [ $took_ms -gt $((LAUNCH_TEST_LIMIT_S * 1000)) ]; then verdict="FAIL (over ${LAUNCH_TEST_LIMIT_S} s)"; FAILED=1; fi
-  line="launch_test test_latency_launch.py: $verdict in $((took_ms / 1000)).$(( took_ms % 1000 / 100 )) s (log $LOGS/launch_test.log)"
-  echo "$line"; SUMMARY+=("$line")
+  source_folder="$WS/src/embodied_ros"
+  test_file="$source_folder/test/launch/test_latency_launch.py"
+  for layout in $LAYOUTS; do
+    for where in source other; do  # started in the package's source folder, or in another one
+      folder=$source_folder; [ $where = other ] && folder=$LOGS
+      log="$LOGS/launch_test-$layout-$where.log"
+      start_ns=$(date +%s%N)
+      (cd "$folder" && EMBODIED_ROS_LAYOUT=$layout ROS_DOMAIN_ID=$DOMAIN_BASE timeout 300 launch_test "$test_file") \
+        > "$log" 2>&1
+      rc=$?
+      took_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+      verdict=pass
+      if [ $rc != 0 ]; then verdict="FAIL (exit $rc)"; FAILED=1
+      elif [ $took_ms -gt $((LAUNCH_TEST_LIMIT_S * 1000)) ]; then verdict="FAIL (over ${LAUNCH_TEST_LIMIT_S} s)"; FAILED=1; fi
+      line="launch_test test_latency_launch.py $layout, started in the $where folder: $verdict in $((took_ms / 1000)).$(( took_ms % 1000 / 100 )) s (log $log)"
+      echo "$line"; SUMMARY+=("$line")
+    done
+  done
 fi
 
 if [[ " $ONLY " == *" launch "* ]]; then

@@ -1,0 +1,49 @@
+"""The package's child processes (the composed graph's controller, `up`'s node and robot processes,
+`eval`'s task runners) import the package the way the installed one is found, whatever folder
+they start from: from one holding another `embodied_ros` (a colcon workspace's source folder, whose
+package lacks the messages the build generates) they still run, where `python -m` would import
+that one."""
+
+import os
+import subprocess
+
+import pytest
+
+from embodied_ros.graph.processes import SeparateGraph
+from embodied_ros.node_infra.config import load_config
+from embodied_ros.share import child_environment, module_command
+from graph_bundles import pi05_bundle
+from graph_harness import next_domain, wait_for
+
+
+@pytest.fixture
+def beside_another_package(tmp_path, monkeypatch):
+    """The working folder holds an `embodied_ros` package that cannot serve. (A colcon source
+    folder's lacks the generated messages; here its import fails outright, since the editable
+    install's finder would supply a submodule missing from it.)"""
+    (tmp_path / "embodied_ros").mkdir()
+    (tmp_path / "embodied_ros" / "__init__.py").write_text(
+        'raise ImportError("the working folder\'s embodied_ros was imported")\n')
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_the_controller_process_starts_beside_another_package(beside_another_package, tmp_path_factory):
+    config = load_config(None, {"bundle": str(pi05_bundle(tmp_path_factory)), "layout": "separate"})
+    graph = SeparateGraph(config, ("controller",), domain_id=next_domain())
+    graph.start()
+    try:
+        wait_for(lambda: "waiting for the first action chunk" in graph.log("controller") or graph.exited(), 60,
+                 "the controller's process to start")
+        assert graph.exited() == {}, graph.log("controller")[-2000:]
+    finally:
+        codes = graph.stop()
+    assert codes == {"controller": 0}
+
+
+@pytest.mark.parametrize("module", ["embodied_ros.nodes.synthetic", "embodied_ros.sim.metaworld_eval"])
+def test_a_module_run_as_a_child_beside_another_package_is_the_packages_own(beside_another_package, module):
+    result = subprocess.run(module_command(module, "--help"), env=child_environment(os.environ),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: ")
