@@ -344,7 +344,7 @@ def part_layers(args) -> tuple[str, str]:
 # ---------------------------------------------------------------- part quant
 
 def part_quant(args) -> tuple[str, str]:
-    from embodied_ros.models import family_kit
+    from embodied_ros.models.kit import records
     from embodied_ros.models.pi05 import parity
     paths = {q: convert_bundle(args, q) for q in QUANT_TYPES}
     loaded = {q: load_runtime(paths[q]) for q in QUANT_TYPES}
@@ -354,7 +354,7 @@ def part_quant(args) -> tuple[str, str]:
                         "weights": sum(bundle.tensor_info(n).nbytes for n in bundle.weight_names),
                         "types": sorted({bundle.tensor_info(n).qtype.upper() for n in bundle.weight_names})}
         tolerance[qtype] = float(bundle.reference.tolerance)
-        errors[qtype] = [r.max_abs_error for r in family_kit.model_record_cases(runtime.model, args.record,
+        errors[qtype] = [r.max_abs_error for r in records.model_record_cases(runtime.model, args.record,
                                                                                 tolerance[qtype], parity.model_prefix)]
     case = record_case(args.record)
     clocks = {q: ChunkClock(loaded[q][1].model) for q in QUANT_TYPES}

@@ -23,7 +23,7 @@ from embodied_ros.bundle.memory import BundleMemoryError
 from embodied_ros.gpu.pi05 import FLOAT32_PRODUCTS, DevicePi05Model
 from embodied_ros.gpu.smolvla import DeviceSmolVLAModel
 from embodied_ros.heads import rtc
-from embodied_ros.models.family_kit import TOLERANCES
+from embodied_ros.models.kit.records import TOLERANCES
 from embodied_ros.models.pi05 import parity as pi05_parity
 from embodied_ros.models.pi05.model import Pi05Model
 from embodied_ros.models.pi05.weights import is_linear_weight

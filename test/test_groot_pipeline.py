@@ -12,7 +12,7 @@ import pytest
 
 from embodied_ros.bundle import open_bundle
 from embodied_ros.cli.main import main
-from embodied_ros.models.family_kit import pipeline_observation
+from embodied_ros.models.kit.records import pipeline_observation
 from embodied_ros.models.groot import convert, parity, processor
 from embodied_ros.models.groot.runtime import load_runtime
 from embodied_ros.pipeline.stages import infer

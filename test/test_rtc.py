@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from embodied_ros.heads import flow, rtc
-from embodied_ros.models.family_kit import rtc_case_leftover, rtc_case_settings
+from embodied_ros.models.kit.records import rtc_case_leftover, rtc_case_settings
 from embodied_ros.models.pi05.parity import run_fixture_parity
 from pi05_fixtures import RTC_SETS, RTC_TINY, record
 

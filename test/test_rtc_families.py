@@ -13,7 +13,7 @@ import pytest
 from embodied_ros.deploy.continuation import ChunkContinuer, DelayEstimate
 from embodied_ros.graph.lockstep import LockstepGraph
 from embodied_ros.heads import rtc
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import records
 from embodied_ros.models.pi0 import parity as pi0_parity
 from embodied_ros.models.smolvla import parity as smolvla_parity
 from embodied_ros.node_infra.config import load_config
@@ -59,7 +59,7 @@ def test_every_recorded_step_guides_as_lerobot_did(name):
         if not case["guidance_applied"] or case["kind"] == "chain":
             continue
         noise = cases[f"case{k}_noise"]
-        guidance = rtc.chunk_guidance(family_kit.rtc_case_settings(case), cases[f"case{k}_prev_chunk_left_over"],
+        guidance = rtc.chunk_guidance(records.rtc_case_settings(case), cases[f"case{k}_prev_chunk_left_over"],
                                       case["inference_delay"], noise.shape, cases[f"case{k}_v_base_steps"].shape[0])
         recorded_weights = cases[f"case{k}_prefix_weights"]
         if not recorded_weights.any():

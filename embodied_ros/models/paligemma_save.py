@@ -18,7 +18,7 @@ from embodied_ros.backbone import gemma, siglip
 from embodied_ros.backbone.gemma import GemmaConfig
 from embodied_ros.backbone.siglip import VisionConfig
 from embodied_ros.bundle.source import Stacked
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import lerobot_save
 
 if TYPE_CHECKING:  # the config module is imported where it is used: importing the pi05 package from here
     from embodied_ros.models.pi05.config import Pi05Config  # would run its __init__, which imports this module
@@ -80,7 +80,7 @@ def runtime_name(lerobot_name: str, rules: Rules, family: str) -> str | None:
 def rename_lerobot(state_dict: Mapping[str, Any], rules: Rules, family: str) -> dict[str, np.ndarray]:
     """A LeRobot policy's `state_dict()` -> runtime names with each projection on its own (`attn_q`,
     `attn_k`, `attn_v`, `ffn_gate`, `ffn_up`): the shapes dimensions are read from."""
-    return family_kit.rename_lerobot(state_dict, lambda name: runtime_name(name, rules, family), family, _LM_HEAD)
+    return lerobot_save.rename_lerobot(state_dict, lambda name: runtime_name(name, rules, family), family, _LM_HEAD)
 
 
 _STACKS = (("attn_qkv", ("attn_q", "attn_k", "attn_v")), ("ffn_gate_up", ("ffn_gate", "ffn_up")))
@@ -128,7 +128,7 @@ def paligemma_shapes(config: Pi05Config) -> dict[str, tuple[int, ...]]:
 
 def check_weights(weights: Mapping[str, Any], expected: Mapping[str, tuple[int, ...]], family: str) -> None:
     """Every expected tensor present with its shape (ndarray or quantized tensor); else a ValueError."""
-    family_kit.check_weight_shapes(weights, expected, family)
+    lerobot_save.check_weight_shapes(weights, expected, family)
 
 
 def is_linear_weight(name: str) -> bool:
@@ -184,7 +184,7 @@ def recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
     """What a reference-case description (cases.json) beside the checkpoint or in the reference
     folder records and the checkpoint lacks: head counts ("model_dims") and the state's joint
     names ("state_names")."""
-    recorded = family_kit.recorded_case_notes(source, reference)
+    recorded = lerobot_save.recorded_case_notes(source, reference)
     if recorded is None:
         return {}
     dims = recorded.get("model_dims", {})

@@ -40,14 +40,14 @@ from typing import Any, Mapping
 import numpy as np
 from safetensors.numpy import load_file
 
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import lerobot_save
 from embodied_ros.models.groot.config import (ActionHeadConfig, GrootConfig, QwenTextConfig, QwenVisionConfig,
                                              TokenIds, block_kinds, n1_7_config)
 from embodied_ros.models.groot.processor import ProcessorConfig
 from embodied_ros.models.groot.weights import check_weights, from_lerobot
 
 ARCHITECTURE = "groot"
-WEIGHTS_FILE, CONFIG_FILE = family_kit.WEIGHTS_FILE, family_kit.CONFIG_FILE
+WEIGHTS_FILE, CONFIG_FILE = lerobot_save.WEIGHTS_FILE, lerobot_save.CONFIG_FILE
 DEFAULT_ACTION_PERIOD_S = 1.0 / 30  # LeRobot's GR00T datasets run at 30 Hz; checkpoints do not record it
 
 
@@ -125,8 +125,8 @@ def _special_ids(tokenizer: bytes | None) -> TokenIds:
 
 
 def _processor_config(source: Path, hints: dict[str, Any]) -> tuple[ProcessorConfig, list[str] | None]:
-    pack, _ = family_kit.processor_step(source, "policy_preprocessor.json", PACK_STEP)
-    vlm, _ = family_kit.processor_step(source, "policy_preprocessor.json", VLM_STEP)
+    pack, _ = lerobot_save.processor_step(source, "policy_preprocessor.json", PACK_STEP)
+    vlm, _ = lerobot_save.processor_step(source, "policy_preprocessor.json", VLM_STEP)
     unsupported = [name for name, value in (("use_albumentations", vlm.get("use_albumentations")),
                                             ("letter_box_transform", vlm.get("letter_box_transform")),
                                             ("use_percentiles", pack.get("use_percentiles")),
@@ -221,9 +221,9 @@ def _lerobot_stats(source: Path) -> dict[str, dict[str, np.ndarray]]:
     stats = {}
     for pipeline, step, feature, what in (("policy_preprocessor.json", PACK_STEP, "observation.state", "state"),
                                           ("policy_postprocessor.json", DECODE_STEP, "action", "action")):
-        _, tensors = family_kit.processor_step(source, pipeline, step)
+        _, tensors = lerobot_save.processor_step(source, pipeline, step)
         if tensors:
-            stats[what] = family_kit.mode_stats(tensors, feature, "MIN_MAX", what)
+            stats[what] = lerobot_save.mode_stats(tensors, feature, "MIN_MAX", what)
     return stats
 
 
@@ -232,7 +232,7 @@ def tensor_group(name: str) -> str:
 
 
 def _recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
-    recorded = family_kit.recorded_case_notes(source, reference) or {}
+    recorded = lerobot_save.recorded_case_notes(source, reference) or {}
     hints = dict(recorded.get("model_dims", {}))
     if "state_names" in recorded:
         hints["state_names"] = recorded["state_names"]
@@ -242,7 +242,7 @@ def _recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
 def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
                     reference: Path | None = None) -> Checkpoint:
     source = Path(source)
-    overrides = family_kit.check_overrides(overrides, OVERRIDE_KEYS, "groot")
+    overrides = lerobot_save.check_overrides(overrides, OVERRIDE_KEYS, "groot")
     if not detect(source):
         raise ValueError(f"{source}: not a GR00T N1.7 checkpoint folder (needs {WEIGHTS_FILE} in LeRobot "
                          f"GrootPolicy naming and a {CONFIG_FILE} with vision, text_model and action_head)")
@@ -257,7 +257,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         return Checkpoint(config, weights, str(source))
     hints = {**_recorded_hints(source, reference), **overrides}
     weights = from_lerobot(load_file(str(source / WEIGHTS_FILE)))
-    tokenizer = family_kit.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer file")
+    tokenizer = lerobot_save.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer file")
     config = config_from_lerobot(source, raw, weights, hints, tokenizer)
     check_weights(weights, config)
     names = tuple(hints.get("state_names") or (f"state_{i}" for i in range(config.state_dim)))
@@ -292,4 +292,4 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
         writer.set_stats(checkpoint.stats)
     if checkpoint.tokenizer is not None:
         writer.set_tokenizer(checkpoint.tokenizer, kind="huggingface-json")
-    family_kit.write_checked(writer, Path(output), reference, progress, parity)
+    lerobot_save.write_checked(writer, Path(output), reference, progress, parity)

@@ -24,21 +24,21 @@ from typing import Iterator
 
 import numpy as np
 
-from embodied_ros.models import family_kit
-from embodied_ros.models.family_kit import CASES_FILE, CaseResult
+from embodied_ros.models.kit import records
+from embodied_ros.models.kit.records import CASES_FILE, CaseResult
 
 TOLERANCES = {"f32": 1e-4, "f16": 1e-2, "bf16": 5e-2, "q8_0": 1.5e-1, "q4_k": 4e-1}
 CASE_INPUTS = ("pixel_values", "image_grid_thw", "input_ids", "state", "embodiment_id")
 
 
 def tolerance_for(stored_types) -> float:
-    return family_kit.tolerance_for(stored_types, TOLERANCES)
+    return records.tolerance_for(stored_types, TOLERANCES)
 
 
 def record_kind(path: str | Path) -> str | None:
     from embodied_ros.models.groot.convert import detect
 
-    return family_kit.record_kind(Path(path), detect)
+    return records.record_kind(Path(path), detect)
 
 
 def recognizes_fixture(path: str | Path) -> bool:
@@ -71,12 +71,12 @@ def run_pipeline_cases(runtime, folder: Path, tolerance: float) -> Iterator[Case
     from embodied_ros.pipeline.stages import infer
 
     folder = Path(folder)
-    recorded = family_kit.recorded_tasks(folder)
+    recorded = records.recorded_tasks(folder)
     with np.load(folder / CASES_FILE) as data:
         cases = dict(data)
     for k, case in enumerate(recorded):
         key = f"case{k}"
-        observation = family_kit.pipeline_observation(cases, case["task"], key, runtime.spec.camera_names, k)
+        observation = records.pipeline_observation(cases, case["task"], key, runtime.spec.camera_names, k)
         embeddings = runtime.encode(observation)
         prefix = runtime.build_prefix(embeddings, observation)
         if not np.array_equal(prefix.tensors["tokens"], cases[f"{key}_tokens"]):
@@ -92,9 +92,9 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
     from embodied_ros.models.groot.runtime import load_model, load_runtime
 
     folder = Path(path)
-    kind = family_kit.require_kind(folder, record_kind(folder), "GR00T")
-    checkpoint = family_kit.checkpoint_of(folder, kind)
-    with family_kit.converted_bundle(checkpoint, quant, ARCHITECTURE, convert, TOLERANCES) as (bundle, tolerance):
+    kind = records.require_kind(folder, record_kind(folder), "GR00T")
+    checkpoint = records.checkpoint_of(folder, kind)
+    with records.converted_bundle(checkpoint, quant, ARCHITECTURE, convert, TOLERANCES) as (bundle, tolerance):
         if kind == "pipeline":
             return list(run_pipeline_cases(load_runtime(bundle, backend), folder, tolerance))
         return list(run_cases(load_model(bundle, backend), folder, tolerance))
@@ -106,7 +106,7 @@ def reference_record(folder: Path, tolerance: float):
 
     folder = Path(folder)
     if record_kind(folder) == "pipeline":
-        return family_kit.reference_record(folder, "pipeline", tolerance, CASE_INPUTS)
+        return records.reference_record(folder, "pipeline", tolerance, CASE_INPUTS)
     if not (folder / CASES_FILE).is_file():
         raise ValueError(f"{folder}: no {CASES_FILE} to take a reference record from")
     with np.load(folder / CASES_FILE) as data:
@@ -129,6 +129,6 @@ def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
 
     record = bundle.reference
     if record is not None and record.fields.get("kind") == "pipeline":
-        return family_kit.verify_reference(bundle, lambda b: load_runtime(b, backend), None)
-    return family_kit.verify_reference(bundle, lambda b: load_model(b, backend),
+        return records.verify_reference(bundle, lambda b: load_runtime(b, backend), None)
+    return records.verify_reference(bundle, lambda b: load_model(b, backend),
                                        lambda model, record, key: run_case(model, record.inputs, record.noise[key], key))

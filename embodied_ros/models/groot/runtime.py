@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import flow_vla
 from embodied_ros.models.groot import processor
 from embodied_ros.models.groot.config import GrootConfig
 from embodied_ros.models.groot.model import Backbone, GrootModel
@@ -91,13 +91,13 @@ class GrootRuntime:
         return processor.prompt_text(task, [int(gh) * int(gw) // merged for gh, gw in grids])
 
     def normalized_state(self, observation: Observation) -> np.ndarray:
-        state = family_kit.raw_state(observation, self.config, "groot reads the robot state")
+        state = flow_vla.raw_state(observation, self.config, "groot reads the robot state")
         low, high = self.state_range
         return processor.normalize_state(state, low, high, self.config.head.max_state_dim,
                                          self.config.processor.clip_state)
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult:
-        family_kit.require_stage(embeddings, "perception", "build_prefix")
+        flow_vla.require_stage(embeddings, "perception", "build_prefix")
         grids = [tuple(int(v) for v in grid) for grid in embeddings.tensors["grids"]]
         tokens = self.tokenizer.encode(self.prompt(observation.instruction, grids))
         backbone = self.model.language_backbone(embeddings.tensors["image_rows"], embeddings.tensors["deepstack"],
@@ -122,7 +122,7 @@ class GrootRuntime:
 
     def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
             continuation: Any = None) -> ActionChunkResult:
-        family_kit.require_stage(prefix, "prefix", "act")
+        flow_vla.require_stage(prefix, "prefix", "act")
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
         low, high = self.action_range
         actions = processor.decode_actions(self.model_actions(prefix, noise), low, high,

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import lerobot_save
 
 _VISUAL = r"_groot_model\.backbone\.model\.model\.visual\."
 _LM = r"_groot_model\.backbone\.model\.model\.language_model\."
@@ -193,4 +193,4 @@ def expected_shapes(config) -> dict[str, tuple[int, ...]]:
 
 def check_weights(weights: Mapping[str, Any], config) -> None:
     """Every expected tensor present with its shape; else a ValueError."""
-    family_kit.check_weight_shapes(weights, expected_shapes(config), "groot")
+    lerobot_save.check_weight_shapes(weights, expected_shapes(config), "groot")

@@ -21,18 +21,18 @@ from typing import Any, Mapping
 
 from safetensors.numpy import load_file
 
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import lerobot_save
 from embodied_ros.models import paligemma_save as paligemma
 from embodied_ros.models.paligemma_save import OVERRIDE_KEYS, TOKENIZER_FILE, stack_projections
 from embodied_ros.models.pi0.config import ARCHITECTURE, Pi0Config
 from embodied_ros.models.pi0.weights import check_weights, rename_lerobot, tensor_group
 
-CONFIG_FILE, WEIGHTS_FILE = family_kit.CONFIG_FILE, family_kit.WEIGHTS_FILE
+CONFIG_FILE, WEIGHTS_FILE = lerobot_save.CONFIG_FILE, lerobot_save.WEIGHTS_FILE
 
 
 def detect(source: Path) -> bool:
     """True for a folder holding a pi0 checkpoint in either layout (file names and config only)."""
-    config = family_kit.saved_config(source)
+    config = lerobot_save.saved_config(source)
     if config is None:
         return False
     return config.get("type") == "pi0" or ({"vision", "language_model", "expert", "suffix"} <= set(config))
@@ -41,7 +41,7 @@ def detect(source: Path) -> bool:
 def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
                     reference: Path | None = None) -> paligemma.Checkpoint:
     source = Path(source)
-    overrides = family_kit.check_overrides(overrides, OVERRIDE_KEYS, "pi0")
+    overrides = lerobot_save.check_overrides(overrides, OVERRIDE_KEYS, "pi0")
     if not detect(source):
         raise ValueError(f"{source}: not a pi0 checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot pi0 policy or a reference record)")
@@ -51,13 +51,13 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         hints = paligemma.recorded_hints(source, reference)
         hints.update(overrides)
         config = Pi0Config.from_dict(paligemma.config_from_lerobot(raw_config, weights, hints).to_dict())
-        stats = family_kit.lerobot_stats(source, raw_config, default_mode="MEAN_STD")
+        stats = lerobot_save.lerobot_stats(source, raw_config, default_mode="MEAN_STD")
     else:
         config = Pi0Config.from_fixture_json(raw_config)
         stats = {}
     weights = stack_projections(weights)
     check_weights(weights, config)
-    tokenizer = family_kit.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer model")
+    tokenizer = lerobot_save.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer model")
     return paligemma.Checkpoint(config, weights, stats, tokenizer, str(source))
 
 
@@ -69,5 +69,5 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
     from embodied_ros.models.pi0 import parity
 
     checkpoint = read_checkpoint(source, overrides, reference)
-    family_kit.write_policy_bundle(ARCHITECTURE, checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
+    lerobot_save.write_policy_bundle(ARCHITECTURE, checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
                                    parity)

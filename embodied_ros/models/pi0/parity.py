@@ -6,13 +6,13 @@ model record     config.json + model.safetensors + cases.npz with, per case k, `
                  (model order, [0, 1]), `_image_masks`, `_tokens`, `_token_mask`, `_state`
                  (model space), `_noise` and model-space `_actions` (test/data/pi0_tiny); a
                  real-time chunking record adds each case's leftover and settings
-                 (test/data/pi0_rtc_tiny, family_kit.model_record_cases).
+                 (test/data/pi0_rtc_tiny, records.model_record_cases).
 pipeline record  checkpoint/ (LeRobot save) + cases.json (tasks, prompts) + cases.npz with raw
                  inputs `case{k}_{camera}_uint8` (absent = camera missing), `_state_raw`, `_noise`,
                  the reference's `_tokens` and physical-unit `_actions` (test/data/pi0_tiny_checkpoint,
                  made by test/data/gen_pi0_checkpoint.py).
 
-Tolerances by the weakest stored type: models/family_kit.py.
+Tolerances by the weakest stored type: models/kit/records.py.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Iterator
 
 import numpy as np
 
-from embodied_ros.models import family_kit
-from embodied_ros.models.family_kit import TOLERANCES, CaseResult, tolerance_for
+from embodied_ros.models.kit import records
+from embodied_ros.models.kit.records import TOLERANCES, CaseResult, tolerance_for
 
 __all__ = ["TOLERANCES", "CaseResult", "tolerance_for", "record_kind", "recognizes_fixture", "run_cases",
            "run_fixture_parity", "reference_record", "verify_reference"]
@@ -33,7 +33,7 @@ def record_kind(folder: Path) -> str | None:
     """"model", "pipeline" or None for a folder that is not a pi0 record."""
     from embodied_ros.models.pi0.convert import detect
 
-    return family_kit.record_kind(folder, detect)
+    return records.record_kind(folder, detect)
 
 
 def recognizes_fixture(path: str | Path) -> bool:
@@ -53,10 +53,10 @@ def model_prefix(model, inputs, key: str):
 def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> Iterator[CaseResult]:
     from embodied_ros.models.pi0.runtime import prompt_text
 
-    kind = family_kit.require_kind(folder, record_kind(folder), "pi0")
+    kind = records.require_kind(folder, record_kind(folder), "pi0")
     if kind == "model":
-        return family_kit.model_record_cases(runtime.model, folder, tolerance, model_prefix)
-    return family_kit.pipeline_cases(runtime, folder, tolerance,
+        return records.model_record_cases(runtime.model, folder, tolerance, model_prefix)
+    return records.pipeline_cases(runtime, folder, tolerance,
                                      lambda observation: prompt_text(observation.instruction))
 
 
@@ -69,8 +69,8 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
     from embodied_ros.models.pi0.runtime import load_runtime
 
     folder = Path(path)
-    checkpoint = family_kit.checkpoint_of(folder, record_kind(folder))
-    with family_kit.converted_bundle(checkpoint, quant, ARCHITECTURE, convert) as (bundle, tolerance):
+    checkpoint = records.checkpoint_of(folder, record_kind(folder))
+    with records.converted_bundle(checkpoint, quant, ARCHITECTURE, convert) as (bundle, tolerance):
         return list(run_cases(load_runtime(bundle, backend), folder, tolerance))
 
 
@@ -78,8 +78,8 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
 
 def reference_record(folder: Path, tolerance: float):
     """The record a bundle carries: the folder's inputs, noise and the reference's actions."""
-    kind = family_kit.require_kind(folder, record_kind(folder), "pi0")
-    return family_kit.reference_record(folder, kind, tolerance,
+    kind = records.require_kind(folder, record_kind(folder), "pi0")
+    return records.reference_record(folder, kind, tolerance,
                                        ("images", "image_masks", "tokens", "token_mask", "state"))
 
 
@@ -91,4 +91,4 @@ def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
         cache = model_prefix(runtime.model, record.inputs, key)
         return runtime.model.sample_actions(cache, record.noise[key])[:, : record.expected[key].shape[1]]
 
-    return family_kit.verify_reference(bundle, lambda b: load_runtime(b, backend), record_case)
+    return records.verify_reference(bundle, lambda b: load_runtime(b, backend), record_case)

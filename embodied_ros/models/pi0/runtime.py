@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.backbone.prefix_cache import PrefixCache
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import configs, flow_vla
 from embodied_ros.models.pi0.config import ARCHITECTURE, Pi0Config
 from embodied_ros.models.pi0.model import Pi0Model
 from embodied_ros.pipeline.noise import stage_noise
@@ -30,7 +30,7 @@ from embodied_ros.sequence.tokenizer import PromptTokenizer
 
 def model_spec(config: Pi0Config) -> ModelSpec:
     """The stage contract's spec; pi0's `act` takes a continuation (real-time chunking)."""
-    return family_kit.action_model_spec(config, ARCHITECTURE, real_time_chunking=True)
+    return configs.action_model_spec(config, ARCHITECTURE, real_time_chunking=True)
 
 
 def prompt_text(task: str) -> str:
@@ -42,7 +42,7 @@ class Pi0Runtime:
     def __init__(self, model: Pi0Model, tokenizer: PromptTokenizer | None = None,
                  state_stats: Normalizer | None = None, action_stats: Normalizer | None = None) -> None:
         config = model.config
-        family_kit.check_stats(config, state_stats, action_stats)
+        flow_vla.check_stats(config, state_stats, action_stats)
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
@@ -65,7 +65,7 @@ class Pi0Runtime:
     # ---- perception ------------------------------------------------------------------------
 
     def encode(self, observation: Observation) -> StageResult:
-        images, present = family_kit.camera_batch(observation, self.config.camera_names,
+        images, present = flow_vla.camera_batch(observation, self.config.camera_names,
                                                   self.config.vision.image_size, "pi0")
         tokens = self.model.image_tokens(images, present)
         return StageResult("perception", observation.stamp_ns, {"image_tokens": tokens, "camera_mask": present})
@@ -73,11 +73,11 @@ class Pi0Runtime:
     # ---- prefix ----------------------------------------------------------------------------
 
     def normalized_state(self, observation: Observation) -> np.ndarray:
-        state = family_kit.raw_state(observation, self.config, "pi0 reads the robot state as a token")
+        state = flow_vla.raw_state(observation, self.config, "pi0 reads the robot state as a token")
         return state if self.state_stats is None else self.state_stats.normalize(state)
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult:
-        family_kit.require_stage(embeddings, "perception", "build_prefix")
+        flow_vla.require_stage(embeddings, "perception", "build_prefix")
         if self.tokenizer is None:
             raise ValueError("this bundle has no tokenizer model; convert the checkpoint with its tokenizer.model")
         text = prompt_text(observation.instruction)
@@ -99,26 +99,26 @@ class Pi0Runtime:
 
     def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
             continuation: ChunkContinuation | None = None) -> ActionChunkResult:
-        family_kit.require_stage(prefix, "prefix", "act")
+        flow_vla.require_stage(prefix, "prefix", "act")
         cache = PrefixCache.from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
         raw_state = prefix.tensors.get("state")
-        guidance = family_kit.continuation_guidance(continuation, raw_state, self.config, self.action_stats)
+        guidance = flow_vla.continuation_guidance(continuation, raw_state, self.config, self.action_stats)
         actions = self.model.sample_actions(cache, noise, guidance)[:, : self.config.action_dim]
         actions = self.to_physical(actions, raw_state)
         return ActionChunkResult(prefix.stamp_ns, actions, self.config.action_period_s, self.config.action_names)
 
     def to_physical(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
         """Model-space actions [C, action_dim] -> physical units (de-normalized, relative made absolute)."""
-        return family_kit.physical_actions(actions, raw_state, self.config, self.action_stats)
+        return flow_vla.physical_actions(actions, raw_state, self.config, self.action_stats)
 
 
 def spec_of(bundle) -> ModelSpec:
-    return model_spec(family_kit.config_of(bundle, Pi0Config))
+    return model_spec(configs.config_of(bundle, Pi0Config))
 
 
 def load_runtime(bundle, backend: str = "numba") -> Pi0Runtime:
     """A runtime over an open bundle (embodied_ros.bundle.Bundle); weights stay memory-mapped.
     Kernels compile at `warm_up()` or else at first use."""
-    return Pi0Runtime.from_parts(family_kit.config_of(bundle, Pi0Config), bundle.weights(), bundle.tokenizer_model,
+    return Pi0Runtime.from_parts(configs.config_of(bundle, Pi0Config), bundle.weights(), bundle.tokenizer_model,
                                  bundle.stats, backend)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import records
 from embodied_ros.models.pi05 import parity
 from embodied_ros.pipeline.types import Observation
 
@@ -87,11 +87,11 @@ def bench_cases(bundle, record: Path | None = None) -> list[BenchCase]:
 def _folder_cases(folder: Path) -> list[BenchCase]:
     kind = parity.record_kind(folder)
     if kind is None:
-        raise ValueError(f"{folder}: not a pi0.5 record (needs {family_kit.CASES_FILE} beside a checkpoint)")
+        raise ValueError(f"{folder}: not a pi0.5 record (needs {records.CASES_FILE} beside a checkpoint)")
     tasks = [case["task"] for case in json.loads((folder / "cases.json").read_text())["cases"]] if kind == "pipeline" \
         else []
     cases = []
-    with np.load(folder / family_kit.CASES_FILE) as arrays:
+    with np.load(folder / records.CASES_FILE) as arrays:
         loaded = {name: arrays[name] for name in arrays.files}
     for k in range(sum(1 for name in loaded if name.startswith("case") and name.endswith("_noise"))):
         prefix = f"case{k}_"

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from embodied_ros.backbone.checks import require as _require
 from embodied_ros.backbone.gemma import GemmaConfig
 from embodied_ros.backbone.siglip import VisionConfig
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import configs
 
 DEFAULT_ACTION_PERIOD_S = 0.02  # 50 Hz; LeRobot checkpoints do not record the control rate
 DEFAULT_NOISE_SEED = 0
@@ -27,7 +27,7 @@ def camera_name(feature_key: str) -> str:
 
 
 @dataclass(frozen=True)
-class Pi05Config(family_kit.ActionChunkConfig):
+class Pi05Config(configs.ActionChunkConfig):
     vision: VisionConfig
     lm: GemmaConfig
     expert: GemmaConfig
@@ -71,21 +71,21 @@ class Pi05Config(family_kit.ActionChunkConfig):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested values (JSON-safe) that `from_dict` reads back."""
-        return family_kit.plain_config(self, ("camera_names", "state_names", "action_names", "relative_action_mask"))
+        return configs.plain_config(self, ("camera_names", "state_names", "action_names", "relative_action_mask"))
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "Pi05Config":
-        return family_kit.config_from_plain(cls, values, "pi05",
+        return configs.config_from_plain(cls, values, "pi05",
                                             {"vision": VisionConfig, "lm": GemmaConfig, "expert": GemmaConfig})
 
     def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(model config, solver settings, robot metadata) as a bundle stores them."""
-        return family_kit.split_bundle_sections(self.to_dict())
+        return configs.split_bundle_sections(self.to_dict())
 
     @classmethod
     def from_bundle_sections(cls, model: Mapping[str, Any], solver: Mapping[str, Any],
                              robot: Mapping[str, Any]) -> "Pi05Config":
-        values = family_kit.join_bundle_sections("pi05", model, solver, robot, DEFAULT_NOISE_SEED)
+        values = configs.join_bundle_sections("pi05", model, solver, robot, DEFAULT_NOISE_SEED)
         values.setdefault("relative_action_mask", ())
         return cls.from_dict(values)
 

@@ -30,18 +30,18 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.bundle.source import map_safetensors
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import lerobot_save
 from embodied_ros.models.paligemma_save import (OVERRIDE_KEYS, TOKENIZER_FILE, Checkpoint, config_from_lerobot,
                                                 recorded_hints)
 from embodied_ros.models.pi05.config import Pi05Config
 from embodied_ros.models.pi05.weights import check_weights, rename_lerobot, stack_projections, tensor_group
 
-WEIGHTS_FILE, CONFIG_FILE = family_kit.WEIGHTS_FILE, family_kit.CONFIG_FILE
+WEIGHTS_FILE, CONFIG_FILE = lerobot_save.WEIGHTS_FILE, lerobot_save.CONFIG_FILE
 
 
 def detect(source: Path) -> bool:
     """True for a folder holding a pi0.5 checkpoint in either layout (file names and config only)."""
-    config = family_kit.saved_config(source)
+    config = lerobot_save.saved_config(source)
     if config is None:
         return False
     return config.get("type") == "pi05" or ({"vision", "language_model", "expert"} <= set(config)
@@ -51,7 +51,7 @@ def detect(source: Path) -> bool:
 def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
                     reference: Path | None = None) -> Checkpoint:
     source = Path(source)
-    overrides = family_kit.check_overrides(overrides, OVERRIDE_KEYS, "pi0.5")
+    overrides = lerobot_save.check_overrides(overrides, OVERRIDE_KEYS, "pi0.5")
     if not detect(source):
         raise ValueError(f"{source}: not a pi0.5 checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot pi05 policy or a reference record)")
@@ -67,7 +67,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         stats = {}
     weights = stack_projections(weights)
     check_weights(weights, config)
-    tokenizer = family_kit.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer model")
+    tokenizer = lerobot_save.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer model")
     return Checkpoint(config, weights, stats, tokenizer, str(source))
 
 
@@ -83,11 +83,11 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
     from embodied_ros.models.pi05 import parity
 
     checkpoint = read_checkpoint(source, overrides, reference)
-    family_kit.write_policy_bundle("pi05", checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
+    lerobot_save.write_policy_bundle("pi05", checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
                                    parity)
 
 
 # ---- LeRobot layout ------------------------------------------------------------------------
 
 def lerobot_stats(source: Path, raw: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-    return family_kit.lerobot_stats(source, raw, default_mode="QUANTILES")
+    return lerobot_save.lerobot_stats(source, raw, default_mode="QUANTILES")

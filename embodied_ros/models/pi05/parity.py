@@ -6,12 +6,12 @@ layout is described in test/data/pi05_tiny_checkpoint/README.md):
 model record     config.json + model.safetensors + cases.npz with, per case k, `case{k}_images`
                  (model order, [0, 1]), `_image_masks`, `_tokens`, `_token_mask`, `_noise` and
                  model-space `_actions`; a real-time chunking (RTC) record adds each case's
-                 leftover and settings (family_kit.model_record_cases).
+                 leftover and settings (records.model_record_cases).
 pipeline record  checkpoint/ (LeRobot save) + cases.json (tasks) + cases.npz with raw inputs:
                  `case{k}_{camera}_uint8` (absent = camera missing), `_state_raw`, `_noise` and
                  physical-unit `_actions`. Runs through the runtime's stages from the raw inputs.
 
-Tolerances: models/family_kit.py (by the weakest stored type of a bundle).
+Tolerances: models/kit/records.py (by the weakest stored type of a bundle).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Iterator
 
 import numpy as np
 
-from embodied_ros.models import family_kit
-from embodied_ros.models.family_kit import TOLERANCES, CaseResult, tolerance_for
+from embodied_ros.models.kit import records
+from embodied_ros.models.kit.records import TOLERANCES, CaseResult, tolerance_for
 
 __all__ = ["TOLERANCES", "CaseResult", "tolerance_for", "record_kind", "recognizes_fixture", "run_cases",
            "model_prefix", "run_fixture_parity", "reference_record", "verify_reference"]
@@ -32,7 +32,7 @@ def record_kind(folder: Path) -> str | None:
     """"model", "pipeline" or None for a folder that is not a pi0.5 record."""
     from embodied_ros.models.pi05.convert import detect
 
-    return family_kit.record_kind(folder, detect)
+    return records.record_kind(folder, detect)
 
 
 def recognizes_fixture(path: str | Path) -> bool:
@@ -50,10 +50,10 @@ def model_prefix(model, inputs, key: str):
 
 
 def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> Iterator[CaseResult]:
-    kind = family_kit.require_kind(folder, record_kind(folder), "pi0.5")
+    kind = records.require_kind(folder, record_kind(folder), "pi0.5")
     if kind == "model":
-        return family_kit.model_record_cases(runtime.model, folder, tolerance, model_prefix)
-    return family_kit.pipeline_cases(runtime, folder, tolerance, lambda observation: runtime.prompt(observation)[0])
+        return records.model_record_cases(runtime.model, folder, tolerance, model_prefix)
+    return records.pipeline_cases(runtime, folder, tolerance, lambda observation: runtime.prompt(observation)[0])
 
 
 # ---- the parity command --------------------------------------------------------------------
@@ -65,8 +65,8 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
     from embodied_ros.models.pi05.runtime import load_runtime
 
     folder = Path(path)
-    checkpoint = family_kit.checkpoint_of(folder, record_kind(folder))
-    with family_kit.converted_bundle(checkpoint, quant, "pi05", convert) as (bundle, tolerance):
+    checkpoint = records.checkpoint_of(folder, record_kind(folder))
+    with records.converted_bundle(checkpoint, quant, "pi05", convert) as (bundle, tolerance):
         return list(run_cases(load_runtime(bundle, backend), folder, tolerance))
 
 
@@ -74,15 +74,15 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
 
 def reference_record(folder: Path, tolerance: float):
     """The record a bundle carries: the folder's inputs, noise and the reference's actions."""
-    kind = family_kit.require_kind(folder, record_kind(folder), "pi0.5")
-    return family_kit.reference_record(folder, kind, tolerance, ("images", "image_masks", "tokens", "token_mask"))
+    kind = records.require_kind(folder, record_kind(folder), "pi0.5")
+    return records.reference_record(folder, kind, tolerance, ("images", "image_masks", "tokens", "token_mask"))
 
 
 def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     """Re-run a bundle's reference record: (max abs action error, recorded tolerance)."""
     from embodied_ros.models.pi05.runtime import load_runtime
 
-    return family_kit.verify_reference(bundle, lambda b: load_runtime(b, backend), _record_case)
+    return records.verify_reference(bundle, lambda b: load_runtime(b, backend), _record_case)
 
 
 def _record_case(runtime, record, key: str) -> np.ndarray:

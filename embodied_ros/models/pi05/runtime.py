@@ -23,7 +23,7 @@ from embodied_ros.models.pi05.model import Pi05Model
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import ModelSpec
 from embodied_ros.pipeline.types import ActionChunkResult, ChunkContinuation, Observation, StageResult
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import configs, flow_vla
 from embodied_ros.models.pi05 import prompt as prompts
 from embodied_ros.sequence.normalize import Normalizer, normalizer_of
 from embodied_ros.sequence.tokenizer import PromptTokenizer
@@ -31,14 +31,14 @@ from embodied_ros.sequence.tokenizer import PromptTokenizer
 
 def model_spec(config: Pi05Config) -> ModelSpec:
     """The stage contract's spec; pi0.5's `act` takes a continuation (real-time chunking)."""
-    return family_kit.action_model_spec(config, "pi05", real_time_chunking=True)
+    return configs.action_model_spec(config, "pi05", real_time_chunking=True)
 
 
 class Pi05Runtime:
     def __init__(self, model: Pi05Model, tokenizer: PromptTokenizer | None = None,
                  state_stats: Normalizer | None = None, action_stats: Normalizer | None = None) -> None:
         config = model.config
-        family_kit.check_stats(config, state_stats, action_stats)
+        flow_vla.check_stats(config, state_stats, action_stats)
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
@@ -61,7 +61,7 @@ class Pi05Runtime:
     # ---- perception ------------------------------------------------------------------------
 
     def encode(self, observation: Observation) -> StageResult:
-        images, present = family_kit.camera_batch(observation, self.config.camera_names,
+        images, present = flow_vla.camera_batch(observation, self.config.camera_names,
                                                   self.config.vision.image_size, "pi0.5")
         tokens = self.model.image_tokens(images, present)
         return StageResult("perception", observation.stamp_ns, {"image_tokens": tokens, "camera_mask": present})
@@ -70,12 +70,12 @@ class Pi05Runtime:
 
     def prompt(self, observation: Observation) -> tuple[str, np.ndarray]:
         """The prompt text and the normalized state it was built from."""
-        state = family_kit.raw_state(observation, self.config, "pi0.5 writes the robot state into its prompt")
+        state = flow_vla.raw_state(observation, self.config, "pi0.5 writes the robot state into its prompt")
         normalized = state if self.state_stats is None else self.state_stats.normalize(state)
         return prompts.build_prompt(observation.instruction, prompts.discretize_state(normalized)), normalized
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult:
-        family_kit.require_stage(embeddings, "perception", "build_prefix")
+        flow_vla.require_stage(embeddings, "perception", "build_prefix")
         if self.tokenizer is None:
             raise ValueError("this bundle has no tokenizer model; convert the checkpoint with its tokenizer.model")
         text, _ = self.prompt(observation)
@@ -97,18 +97,18 @@ class Pi05Runtime:
 
     def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
             continuation: ChunkContinuation | None = None) -> ActionChunkResult:
-        family_kit.require_stage(prefix, "prefix", "act")
+        flow_vla.require_stage(prefix, "prefix", "act")
         cache = self.model.cache_from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
         raw_state = prefix.tensors.get("state")
-        guidance = family_kit.continuation_guidance(continuation, raw_state, self.config, self.action_stats)
+        guidance = flow_vla.continuation_guidance(continuation, raw_state, self.config, self.action_stats)
         actions = self.model.sample_actions(cache, noise, guidance)[:, : self.config.action_dim]
         actions = self.to_physical(actions, raw_state)
         return ActionChunkResult(prefix.stamp_ns, actions, self.config.action_period_s, self.config.action_names)
 
     def to_physical(self, actions: np.ndarray, raw_state: np.ndarray | None) -> np.ndarray:
         """Model-space actions [C, action_dim] -> physical units (de-normalized, relative made absolute)."""
-        return family_kit.physical_actions(actions, raw_state, self.config, self.action_stats)
+        return flow_vla.physical_actions(actions, raw_state, self.config, self.action_stats)
 
 
 def model_for(config: Pi05Config, weights: Mapping[str, Any], backend: str):
@@ -122,7 +122,7 @@ def model_for(config: Pi05Config, weights: Mapping[str, Any], backend: str):
 
 def config_of(bundle) -> Pi05Config:
     """The model config from a bundle's metadata alone (no weights read)."""
-    return family_kit.config_of(bundle, Pi05Config)
+    return configs.config_of(bundle, Pi05Config)
 
 
 def spec_of(bundle) -> ModelSpec:

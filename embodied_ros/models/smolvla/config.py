@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from embodied_ros.backbone.llama import LlamaConfig
 from embodied_ros.backbone.smolvlm import SmolVLMVisionConfig
 from embodied_ros.heads.interleaved_expert import layer_plan
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import configs
 
 DEFAULT_ACTION_PERIOD_S = 0.02  # LeRobot saves do not record the control rate
 DEFAULT_NOISE_SEED = 0
@@ -44,7 +44,7 @@ def expert_mlp_dim(width: int) -> int:
 
 
 @dataclass(frozen=True)
-class SmolVLAConfig(family_kit.ActionChunkConfig):
+class SmolVLAConfig(configs.ActionChunkConfig):
     vision: SmolVLMVisionConfig
     lm: LlamaConfig  # the kept VLM text layers only
     expert: LlamaConfig
@@ -81,21 +81,21 @@ class SmolVLAConfig(family_kit.ActionChunkConfig):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested values (JSON-safe) that `from_dict` reads back."""
-        return family_kit.plain_config(self, ("camera_names", "state_names", "action_names"))
+        return configs.plain_config(self, ("camera_names", "state_names", "action_names"))
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "SmolVLAConfig":
-        return family_kit.config_from_plain(cls, values, "smolvla",
+        return configs.config_from_plain(cls, values, "smolvla",
                                             {"vision": SmolVLMVisionConfig, "lm": LlamaConfig, "expert": LlamaConfig})
 
     def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """(model config, solver settings, robot metadata) as a bundle stores them."""
-        return family_kit.split_bundle_sections(self.to_dict())
+        return configs.split_bundle_sections(self.to_dict())
 
     @classmethod
     def from_bundle_sections(cls, model: Mapping[str, Any], solver: Mapping[str, Any],
                              robot: Mapping[str, Any]) -> "SmolVLAConfig":
-        values = family_kit.join_bundle_sections("smolvla", model, solver, robot, DEFAULT_NOISE_SEED)
+        values = configs.join_bundle_sections("smolvla", model, solver, robot, DEFAULT_NOISE_SEED)
         return cls.from_dict(values)
 
     @classmethod

@@ -30,11 +30,11 @@ from safetensors.numpy import load_file
 
 from embodied_ros.backbone.llama import LlamaConfig
 from embodied_ros.backbone.smolvlm import SmolVLMVisionConfig
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import lerobot_save
 from embodied_ros.models.smolvla.config import DEFAULT_ACTION_PERIOD_S, ROPE_THETA, SmolVLAConfig, camera_name
 from embodied_ros.models.smolvla.weights import check_weights, rename_lerobot, stack_projections, tensor_group
 
-WEIGHTS_FILE, CONFIG_FILE = family_kit.WEIGHTS_FILE, family_kit.CONFIG_FILE
+WEIGHTS_FILE, CONFIG_FILE = lerobot_save.WEIGHTS_FILE, lerobot_save.CONFIG_FILE
 TOKENIZER_FILE = "tokenizer.json"
 
 _VLM_VARIANTS = {"HuggingFaceTB/SmolVLM2-500M-Video-Instruct": {
@@ -55,7 +55,7 @@ class Checkpoint:
 
 def detect(source: Path) -> bool:
     """True for a folder holding a SmolVLA checkpoint in either layout (file names and config only)."""
-    config = family_kit.saved_config(source)
+    config = lerobot_save.saved_config(source)
     if config is None:
         return False
     return config.get("type") == "smolvla" or {"vision", "connector", "text_model", "expert"} <= set(config)
@@ -64,7 +64,7 @@ def detect(source: Path) -> bool:
 def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
                     reference: Path | None = None) -> Checkpoint:
     source = Path(source)
-    overrides = family_kit.check_overrides(overrides, OVERRIDE_KEYS, "smolvla")
+    overrides = lerobot_save.check_overrides(overrides, OVERRIDE_KEYS, "smolvla")
     if not detect(source):
         raise ValueError(f"{source}: not a SmolVLA checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot smolvla policy or a reference record)")
@@ -80,7 +80,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         stats = {}
     weights = stack_projections(weights, config)
     check_weights(weights, config)
-    tokenizer = family_kit.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer file")
+    tokenizer = lerobot_save.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer file")
     return Checkpoint(config, weights, stats, tokenizer, str(source))
 
 
@@ -91,7 +91,7 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
     from embodied_ros.models.smolvla import parity
 
     checkpoint = read_checkpoint(source, overrides, reference)
-    family_kit.write_policy_bundle("smolvla", checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
+    lerobot_save.write_policy_bundle("smolvla", checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
                                    parity, tokenizer_kind="huggingface-json")
 
 
@@ -100,7 +100,7 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
 def _recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
     """Head counts ("model_dims") and joint names ("state_names") of a cases.json beside the
     checkpoint or in the reference folder."""
-    recorded = family_kit.recorded_case_notes(source, reference)
+    recorded = lerobot_save.recorded_case_notes(source, reference)
     if recorded is None:
         return {}
     dims = recorded.get("model_dims", {})
@@ -185,4 +185,4 @@ def _config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarra
 
 def _lerobot_stats(source: Path, raw: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
     """SmolVLA normalizes with MEAN_STD (or IDENTITY)."""
-    return family_kit.lerobot_stats(source, raw, default_mode="MEAN_STD", supported=("MEAN_STD",))
+    return lerobot_save.lerobot_stats(source, raw, default_mode="MEAN_STD", supported=("MEAN_STD",))

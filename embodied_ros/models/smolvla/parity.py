@@ -6,12 +6,12 @@ model record     config.json + model.safetensors + cases.npz with, per case k, `
                  (model slot order, [0, 1]), `_image_masks`, `_tokens`, `_token_mask`, `_state`,
                  `_noise` and model-space `_actions` (format: test/data/smolvla_tiny); a real-time
                  chunking record adds each case's leftover and settings (test/data/smolvla_rtc_tiny,
-                 family_kit.model_record_cases).
+                 records.model_record_cases).
 pipeline record  checkpoint/ (LeRobot save) + cases.json (tasks) + cases.npz with raw inputs:
                  `case{k}_{camera}_uint8` (absent = camera missing), `_state_raw`, `_noise` and
                  physical-unit `_actions` (format: test/data/smolvla_tiny_checkpoint/README.md).
 
-Tolerances: models/family_kit.py, by the weakest stored type of a bundle.
+Tolerances: models/kit/records.py, by the weakest stored type of a bundle.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from typing import Iterator
 
 import numpy as np
 
-from embodied_ros.models import family_kit
-from embodied_ros.models.family_kit import (CASES_FILE, TOLERANCES, CaseResult, case_count, pipeline_observation,
-                                            tolerance_for)
+from embodied_ros.models.kit import records
+from embodied_ros.models.kit.records import CASES_FILE, TOLERANCES, CaseResult, case_count, pipeline_observation, tolerance_for
 from embodied_ros.models.smolvla.runtime import task_prompt
 from embodied_ros.pipeline.stages import infer
 
@@ -36,7 +35,7 @@ def record_kind(folder: Path) -> str | None:
     """"model", "pipeline" or None for a folder that is not a SmolVLA record."""
     from embodied_ros.models.smolvla.convert import detect
 
-    return family_kit.record_kind(folder, detect)
+    return records.record_kind(folder, detect)
 
 
 def recognizes_fixture(path: str | Path) -> bool:
@@ -58,15 +57,15 @@ def model_case(model, inputs, k: int, action_dim: int) -> np.ndarray:
 
 def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> Iterator[CaseResult]:
     folder = Path(folder)
-    kind = family_kit.require_kind(folder, record_kind(folder), "SmolVLA")
+    kind = records.require_kind(folder, record_kind(folder), "SmolVLA")
     if kind == "model":
-        return family_kit.model_record_cases(runtime.model, folder, tolerance, model_prefix)
+        return records.model_record_cases(runtime.model, folder, tolerance, model_prefix)
     return pipeline_cases(runtime, folder, tolerance)
 
 
 def pipeline_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResult]:
     """Raw record through the runtime's stages; the token ids are checked too."""
-    tasks = family_kit.recorded_tasks(folder)
+    tasks = records.recorded_tasks(folder)
     with np.load(folder / CASES_FILE) as cases:
         for k in range(case_count(cases)):
             observation = pipeline_observation(cases, tasks[k]["task"], f"case{k}", runtime.spec.camera_names, k)
@@ -84,8 +83,8 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
     from embodied_ros.models.smolvla.runtime import load_runtime
 
     folder = Path(path)
-    checkpoint = family_kit.checkpoint_of(folder, record_kind(folder))
-    with family_kit.converted_bundle(checkpoint, quant, "smolvla", convert) as (bundle, tolerance):
+    checkpoint = records.checkpoint_of(folder, record_kind(folder))
+    with records.converted_bundle(checkpoint, quant, "smolvla", convert) as (bundle, tolerance):
         return list(run_cases(load_runtime(bundle, backend), folder, tolerance))
 
 
@@ -93,8 +92,8 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
 
 def reference_record(folder: Path, tolerance: float):
     """The record a bundle carries: the folder's inputs, noise and the reference's actions."""
-    kind = family_kit.require_kind(folder, record_kind(folder), "SmolVLA")
-    return family_kit.reference_record(folder, kind, tolerance,
+    kind = records.require_kind(folder, record_kind(folder), "SmolVLA")
+    return records.reference_record(folder, kind, tolerance,
                                        ("images", "image_masks", "tokens", "token_mask", "state"))
 
 
@@ -106,4 +105,4 @@ def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
         inputs = {**record.inputs, f"{key}_noise": record.noise[key]}
         return model_case(runtime.model, inputs, int(key[len("case"):]), record.expected[key].shape[1])
 
-    return family_kit.verify_reference(bundle, lambda b: load_runtime(b, backend), record_case)
+    return records.verify_reference(bundle, lambda b: load_runtime(b, backend), record_case)

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import configs, flow_vla
 from embodied_ros.models.smolvla.config import SmolVLAConfig
 from embodied_ros.models.smolvla.model import SmolVLAModel
 from embodied_ros.pipeline.noise import stage_noise
@@ -49,7 +49,7 @@ class SmolVLARuntime:
     def __init__(self, model: SmolVLAModel, tokenizer: Any = None, state_stats: Normalizer | None = None,
                  action_stats: Normalizer | None = None) -> None:
         config = model.config
-        family_kit.check_stats(config, state_stats, action_stats)
+        flow_vla.check_stats(config, state_stats, action_stats)
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
@@ -87,11 +87,11 @@ class SmolVLARuntime:
     # ---- prefix ----------------------------------------------------------------------------
 
     def normalized_state(self, observation: Observation) -> np.ndarray:
-        state = family_kit.raw_state(observation, self.config, "smolvla reads the robot state")
+        state = flow_vla.raw_state(observation, self.config, "smolvla reads the robot state")
         return state if self.state_stats is None else self.state_stats.normalize(state)
 
     def build_prefix(self, embeddings: StageResult, observation: Observation) -> StageResult:
-        family_kit.require_stage(embeddings, "perception", "build_prefix")
+        flow_vla.require_stage(embeddings, "perception", "build_prefix")
         if self.tokenizer is None:
             raise ValueError("this bundle has no tokenizer; convert the checkpoint with its tokenizer.json")
         tokens, token_mask = self.tokenizer.encode(task_prompt(observation.instruction))
@@ -113,12 +113,12 @@ class SmolVLARuntime:
 
     def act(self, prefix: StageResult, world: StageResult | None = None, noise: np.ndarray | None = None,
             continuation: ChunkContinuation | None = None) -> ActionChunkResult:
-        family_kit.require_stage(prefix, "prefix", "act")
+        flow_vla.require_stage(prefix, "prefix", "act")
         cache = self.model.cache_from_tensors(prefix.tensors, prefix.stamp_ns)
         noise = self.draw_noise(prefix.stamp_ns) if noise is None else noise
-        guidance = family_kit.continuation_guidance(continuation, None, self.config, self.action_stats)
+        guidance = flow_vla.continuation_guidance(continuation, None, self.config, self.action_stats)
         actions = self.model.sample_actions(cache, noise, guidance)[:, : self.config.action_dim]
-        return ActionChunkResult(prefix.stamp_ns, family_kit.physical_actions(actions, None, self.config,
+        return ActionChunkResult(prefix.stamp_ns, flow_vla.physical_actions(actions, None, self.config,
                                                                               self.action_stats),
                                  self.config.action_period_s, self.config.action_names)
 
@@ -134,12 +134,12 @@ def model_for(config: SmolVLAConfig, weights: Mapping[str, Any], backend: str):
 
 def model_spec(config: SmolVLAConfig) -> ModelSpec:
     """The stage contract's spec; SmolVLA's `act` takes a continuation (real-time chunking)."""
-    return family_kit.action_model_spec(config, "smolvla", real_time_chunking=True)
+    return configs.action_model_spec(config, "smolvla", real_time_chunking=True)
 
 
 def config_of(bundle) -> SmolVLAConfig:
     """The model config from a bundle's metadata alone (no weights read)."""
-    return family_kit.config_of(bundle, SmolVLAConfig)
+    return configs.config_of(bundle, SmolVLAConfig)
 
 
 def spec_of(bundle) -> ModelSpec:

@@ -26,7 +26,7 @@ import numpy as np
 from embodied_ros.backbone import llama, smolvlm
 from embodied_ros.heads import interleaved_expert
 from embodied_ros.heads.interleaved_expert import CROSS
-from embodied_ros.models import family_kit
+from embodied_ros.models.kit import lerobot_save
 
 _VLM = r"model\.vlm_with_expert\.vlm\."
 _VISION = _VLM + r"model\.vision_model\."
@@ -72,7 +72,7 @@ def runtime_name(lerobot_name: str) -> str | None:
 def rename_lerobot(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """LeRobot `SmolVLAPolicy.state_dict()` -> runtime names, each projection on its own (the shapes
     dimensions are read from); the patch conv is flattened to a linear."""
-    return family_kit.rename_lerobot(state_dict, runtime_name, "SmolVLA", _LM_HEAD)
+    return lerobot_save.rename_lerobot(state_dict, runtime_name, "SmolVLA", _LM_HEAD)
 
 
 def stack_projections(renamed: Mapping[str, np.ndarray], config) -> dict[str, np.ndarray]:
@@ -121,7 +121,7 @@ def expected_shapes(config) -> dict[str, tuple[int, ...]]:
 
 def check_weights(weights: Mapping[str, Any], config) -> None:
     """Every expected tensor present with its shape, and no other; else a ValueError."""
-    family_kit.check_weight_shapes(weights, expected_shapes(config), "smolvla", exact=True)
+    lerobot_save.check_weight_shapes(weights, expected_shapes(config), "smolvla", exact=True)
 
 
 _NOT_PRODUCTS = ("ln1", "ln2", "post_ln", "attn_norm", "ffn_norm", "final_norm")
