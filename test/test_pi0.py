@@ -18,7 +18,8 @@ from embodied_ros.models.pi0 import parity
 from embodied_ros.models.pi0.config import Pi0Config
 from embodied_ros.models.pi0.convert import convert, read_checkpoint
 from embodied_ros.models.pi0.model import Pi0Model
-from embodied_ros.models.pi0.runtime import load_runtime, prompt_text
+from embodied_ros.models.kit.flow_vla import newline_prompt
+from embodied_ros.models.pi0.runtime import load_runtime
 from embodied_ros.models.pi0.weights import from_lerobot
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
@@ -147,8 +148,8 @@ def test_shipped_bundle_runs_an_observation_and_refuses_one_without_state():
 
 
 def test_prompt_ends_with_one_newline():
-    assert prompt_text("stack the block") == "stack the block\n"
-    assert prompt_text("stack the block\n") == "stack the block\n"
+    assert newline_prompt("stack the block") == "stack the block\n"
+    assert newline_prompt("stack the block\n") == "stack the block\n"
 
 
 def test_config_and_launch_file():

@@ -53,9 +53,8 @@ def test_raw_inputs_give_recorded_prompt_tokens_and_physical_actions(bundle, cas
     recorded, arrays = cases
     for k, case in enumerate(recorded):
         observation = _observation(arrays, case, k)
-        text, normalized = runtime.prompt(observation)
-        assert text == case["prompt"]
-        np.testing.assert_array_equal(normalized, arrays[f"case{k}_state_normalized"])
+        assert runtime.prompt(observation) == case["prompt"]
+        np.testing.assert_array_equal(runtime.normalized_state(observation), arrays[f"case{k}_state_normalized"])
         prefix = runtime.build_prefix(runtime.encode(observation), observation)
         np.testing.assert_array_equal(prefix.tensors["tokens"], arrays[f"case{k}_tokens"])
         np.testing.assert_array_equal(prefix.tensors["token_mask"], arrays[f"case{k}_attention_mask"])

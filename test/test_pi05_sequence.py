@@ -160,6 +160,17 @@ def test_resize_with_pad_keeps_a_row_of_a_very_thin_image():
     assert out.sum() > 0  # the image's one row is there, not all padding
 
 
+def test_padding_is_centred_or_left_and_top():
+    from embodied_ros.sequence.images import resize_with_pad
+
+    wide = np.ones((3, 32, 64), np.float32)  # -> 16 x 32 in a 32 x 32 frame: 16 rows of padding
+    centre, left_top = resize_with_pad(wide, 32), resize_with_pad(wide, 32, "left_top")
+    assert centre[0, :8].sum() == 0 and centre[0, 8:24].min() == 1 and centre[0, 24:].sum() == 0
+    assert left_top[0, :16].sum() == 0 and left_top[0, 16:].min() == 1
+    with pytest.raises(ValueError, match="padding must be one of"):
+        resize_with_pad(wide, 32, "right")
+
+
 def test_normalizer_is_chosen_from_the_stored_statistics():
     from embodied_ros.sequence.normalize import MeanStdStats, MinMaxStats, normalizer_of
 

@@ -41,21 +41,30 @@ def resize_bilinear(image: np.ndarray, height: int, width: int) -> np.ndarray:
     return upper * w_top[:, None] + lower * w_bottom[:, None]
 
 
-def resize_with_pad(image: np.ndarray, size: int) -> np.ndarray:
-    """[3, H, W] in [0, 1] -> [3, size, size] in [0, 1], aspect ratio kept, zero padding centred."""
+PADDINGS = ("centre", "left_top")
+
+
+def resize_with_pad(image: np.ndarray, size: int, padding: str = "centre") -> np.ndarray:
+    """[3, H, W] in [0, 1] -> [3, size, size] in [0, 1], aspect ratio kept, zero padding around it:
+    "centre" (LeRobot's resize_with_pad, pi0 and pi0.5) or "left_top" (SmolVLA: the image in the
+    bottom-right corner)."""
+    if padding not in PADDINGS:
+        raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
     _, height, width = image.shape
     if (height, width) == (size, size):
         return image
     ratio = max(width / size, height / size)
     new_height, new_width = max(1, int(height / ratio)), max(1, int(width / ratio))  # a 1 x 2000 image keeps a row
     resized = np.clip(resize_bilinear(image, new_height, new_width), 0.0, 1.0)
-    pad_top, pad_left = (size - new_height) // 2, (size - new_width) // 2
+    if padding == "centre":
+        top, left = (size - new_height) // 2, (size - new_width) // 2
+    else:
+        top, left = size - new_height, size - new_width
     out = np.zeros((image.shape[0], size, size), dtype=np.float32)
-    out[:, pad_top:pad_top + new_height, pad_left:pad_left + new_width] = resized
+    out[:, top:top + new_height, left:left + new_width] = resized
     return out
 
 
-def model_image(image: np.ndarray, size: int, camera: str = "camera") -> np.ndarray:
-    """(H, W, 3) uint8 -> (3, size, size) float32 in [-1, 1]."""
-    return resize_with_pad(to_unit_chw(image, camera), size) * np.float32(2.0) - np.float32(1.0)
-
+def model_image(image: np.ndarray, size: int, camera: str = "camera", padding: str = "centre") -> np.ndarray:
+    """(H, W, 3) uint8 -> (3, size, size) float32 in [-1, 1] (resize_with_pad's padding)."""
+    return resize_with_pad(to_unit_chw(image, camera), size, padding) * np.float32(2.0) - np.float32(1.0)

@@ -51,13 +51,10 @@ def model_prefix(model, inputs, key: str):
 
 
 def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> Iterator[CaseResult]:
-    from embodied_ros.models.pi0.runtime import prompt_text
-
     kind = records.require_kind(folder, record_kind(folder), "pi0")
     if kind == "model":
         return records.model_record_cases(runtime.model, folder, tolerance, model_prefix)
-    return records.pipeline_cases(runtime, folder, tolerance,
-                                     lambda observation: prompt_text(observation.instruction))
+    return records.pipeline_cases(runtime, folder, tolerance, runtime.prompt)
 
 
 # ---- the parity command --------------------------------------------------------------------

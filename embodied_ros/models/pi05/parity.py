@@ -53,7 +53,7 @@ def run_cases(runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> It
     kind = records.require_kind(folder, record_kind(folder), "pi0.5")
     if kind == "model":
         return records.model_record_cases(runtime.model, folder, tolerance, model_prefix)
-    return records.pipeline_cases(runtime, folder, tolerance, lambda observation: runtime.prompt(observation)[0])
+    return records.pipeline_cases(runtime, folder, tolerance, runtime.prompt)
 
 
 # ---- the parity command --------------------------------------------------------------------

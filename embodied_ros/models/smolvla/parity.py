@@ -23,7 +23,7 @@ import numpy as np
 
 from embodied_ros.models.kit import records
 from embodied_ros.models.kit.records import CASES_FILE, TOLERANCES, CaseResult, case_count, pipeline_observation, tolerance_for
-from embodied_ros.models.smolvla.runtime import task_prompt
+from embodied_ros.models.kit.flow_vla import newline_prompt
 from embodied_ros.pipeline.stages import infer
 
 __all__ = ["TOLERANCES", "CaseResult", "tolerance_for", "record_kind", "recognizes_fixture", "model_prefix",
@@ -70,7 +70,7 @@ def pipeline_cases(runtime, folder: Path, tolerance: float) -> Iterator[CaseResu
         for k in range(case_count(cases)):
             observation = pipeline_observation(cases, tasks[k]["task"], f"case{k}", runtime.spec.camera_names, k)
             actions = infer(runtime, observation, cases[f"case{k}_noise"]).actions
-            tokens, mask = runtime.tokenizer.encode(task_prompt(tasks[k]["task"]))
+            tokens, mask = runtime.tokenizer.encode(newline_prompt(tasks[k]["task"]))
             recorded = cases[f"case{k}_tokens"][cases[f"case{k}_token_mask"]]
             detail = "" if np.array_equal(tokens[mask], recorded) else "token ids differ"
             error = float(np.abs(actions - cases[f"case{k}_actions"]).max())
