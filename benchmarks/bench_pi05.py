@@ -345,7 +345,7 @@ def part_layers(args) -> tuple[str, str]:
 
 def part_quant(args) -> tuple[str, str]:
     from embodied_ros.models.kit import records
-    from embodied_ros.models.pi05 import parity
+    from embodied_ros.models.pi05 import RECORDS
     paths = {q: convert_bundle(args, q) for q in QUANT_TYPES}
     loaded = {q: load_runtime(paths[q]) for q in QUANT_TYPES}
     sizes, errors, tolerance = {}, {}, {}
@@ -355,7 +355,7 @@ def part_quant(args) -> tuple[str, str]:
                         "types": sorted({bundle.tensor_info(n).qtype.upper() for n in bundle.weight_names})}
         tolerance[qtype] = float(bundle.reference.tolerance)
         errors[qtype] = [r.max_abs_error for r in records.model_record_cases(runtime.model, args.record,
-                                                                                tolerance[qtype], parity.model_prefix)]
+                                                                                tolerance[qtype], RECORDS.model_prefix)]
     case = record_case(args.record)
     clocks = {q: ChunkClock(loaded[q][1].model) for q in QUANT_TYPES}
     latency = {q: [] for q in QUANT_TYPES}

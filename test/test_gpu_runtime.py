@@ -24,10 +24,10 @@ from embodied_ros.gpu.pi05 import FLOAT32_PRODUCTS, DevicePi05Model
 from embodied_ros.gpu.smolvla import DeviceSmolVLAModel
 from embodied_ros.heads import rtc
 from embodied_ros.models.kit.records import TOLERANCES
-from embodied_ros.models.pi05 import parity as pi05_parity
+from embodied_ros.models.pi05 import RECORDS as PI05_RECORDS
 from embodied_ros.models.pi05.model import Pi05Model
 from embodied_ros.models.pi05.weights import is_linear_weight
-from embodied_ros.models.smolvla import parity as smolvla_parity
+from embodied_ros.models.smolvla import RECORDS as SMOLVLA_RECORDS
 from embodied_ros.models.smolvla import weights as smolvla_weights
 from embodied_ros.models.smolvla.config import SmolVLAConfig
 from embodied_ros.models.smolvla.model import SmolVLAModel
@@ -48,8 +48,7 @@ def smolvla_record(folder: Path):
 
 
 def actions(model, family: str, cases: dict, k: int, action_dim: int) -> np.ndarray:
-    parity = pi05_parity if family == "pi05" else smolvla_parity
-    return model.sample_actions(parity.model_prefix(model, cases, f"case{k}"), cases[f"case{k}_noise"])[:, :action_dim]
+    return (PI05_RECORDS if family == "pi05" else SMOLVLA_RECORDS).model_case(model, cases, f"case{k}", action_dim)
 
 
 FAMILIES = {"pi05": (record, Pi05Model, DevicePi05Model), "smolvla": (smolvla_record, SmolVLAModel,
@@ -102,7 +101,7 @@ def test_guided_solve_equals_the_cpu_runtime_and_changes_nothing_when_the_guidan
     reference = Pi05Model(config, weights, "numpy")
     exact = DevicePi05Model(config, weights, HostEngine(exact=True))
     noise = cases["case0_noise"]
-    cpu_cache, device_cache = (pi05_parity.model_prefix(m, cases, "case0") for m in (reference, exact))
+    cpu_cache, device_cache = (PI05_RECORDS.model_prefix(m, cases, "case0") for m in (reference, exact))
     plain = exact.sample_actions(device_cache, noise)
     identity = exact.sample_actions(device_cache, noise, lambda x, v, step: v)
     assert np.abs(identity - plain).max() < EXACT
@@ -116,7 +115,7 @@ def test_guided_solve_equals_the_cpu_runtime_and_changes_nothing_when_the_guidan
 def test_a_cache_from_another_process_arrives_as_host_arrays_and_is_used_as_the_local_one():
     config, weights, cases = record(TINY)
     model = DevicePi05Model(config, weights, HostEngine())
-    cache = pi05_parity.model_prefix(model, cases, "case0")
+    cache = PI05_RECORDS.model_prefix(model, cases, "case0")
     assert cache.keys.dtype == np.uint16 and cache.num_layers == config.expert.depth
     received = model.cache_from_tensors({name: np.array(t) for name, t in cache.tensors().items()}, cache.stamp_ns)
     noise = cases["case0_noise"]

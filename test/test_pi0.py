@@ -14,7 +14,7 @@ from safetensors.numpy import load_file
 from embodied_ros.bundle import families, open_bundle
 from embodied_ros.node_infra.config import flatten, load_config
 from embodied_ros.heads import action_time_expert
-from embodied_ros.models.pi0 import parity
+from embodied_ros.models.pi0 import RECORDS
 from embodied_ros.models.pi0.config import Pi0Config
 from embodied_ros.models.pi0.convert import convert, read_checkpoint
 from embodied_ros.models.pi0.model import Pi0Model
@@ -107,7 +107,7 @@ def test_the_state_moves_the_actions():
 
 
 def test_lerobot_checkpoint_converts_and_reproduces_raw_actions_from_raw_inputs():
-    results = parity.run_fixture_parity(CHECKPOINT)
+    results = RECORDS.run_fixture_parity(CHECKPOINT)
     assert [r.name for r in results] == ["case0", "case1", "case2"]
     for result in results:
         assert result.detail == "" and result.max_abs_error < TOLERANCE, (result.name, result.max_abs_error)

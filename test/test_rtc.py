@@ -8,7 +8,7 @@ import pytest
 
 from embodied_ros.heads import flow, rtc
 from embodied_ros.models.kit.records import rtc_case_leftover, rtc_case_settings
-from embodied_ros.models.pi05.parity import run_fixture_parity
+from embodied_ros.models.pi05 import RECORDS
 from pi05_fixtures import RTC_SETS, RTC_TINY, record
 
 TOLERANCE = 1e-4
@@ -133,7 +133,7 @@ def test_parity_command_path_within_tolerance_and_no_ops_bitwise(folder):
     """Every case through a converted bundle; the no-op cases are also compared with this runtime's
     plain sampling bit for bit (a difference is reported as an infinite error); the chain replays
     its own outputs as leftovers."""
-    results = run_fixture_parity(folder)
+    results = RECORDS.run_fixture_parity(folder)
     assert len(results) == len(recorded_cases(folder))
     for result in results:
         assert result.max_abs_error < TOLERANCE, f"{result.name}: {result.max_abs_error:.3g} {result.detail}"
@@ -142,7 +142,6 @@ def test_parity_command_path_within_tolerance_and_no_ops_bitwise(folder):
 
 
 def test_rtc_record_is_refused_as_a_bundle_reference():
-    from embodied_ros.models.pi05.parity import reference_record
 
     with pytest.raises(ValueError, match="real-time chunking"):
-        reference_record(RTC_TINY, 1e-4)
+        RECORDS.reference_record(RTC_TINY, 1e-4)

@@ -14,8 +14,8 @@ from embodied_ros.deploy.continuation import ChunkContinuer, DelayEstimate
 from embodied_ros.graph.lockstep import LockstepGraph
 from embodied_ros.heads import rtc
 from embodied_ros.models.kit import records
-from embodied_ros.models.pi0 import parity as pi0_parity
-from embodied_ros.models.smolvla import parity as smolvla_parity
+from embodied_ros.models.pi0 import RECORDS as PI0_RECORDS
+from embodied_ros.models.smolvla import RECORDS as SMOLVLA_RECORDS
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import load_runtime
@@ -24,8 +24,8 @@ from graph_harness import next_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "test" / "data"
-RECORDS = {"pi0_rtc_tiny": pi0_parity, "smolvla_rtc_tiny": smolvla_parity,
-           "extra/pi0_rtc_aside": pi0_parity, "extra/smolvla_rtc_aside": smolvla_parity}
+RECORDS = {"pi0_rtc_tiny": PI0_RECORDS, "smolvla_rtc_tiny": SMOLVLA_RECORDS,
+           "extra/pi0_rtc_aside": PI0_RECORDS, "extra/smolvla_rtc_aside": SMOLVLA_RECORDS}
 TOLERANCE = 1e-4
 
 

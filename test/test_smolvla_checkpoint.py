@@ -9,7 +9,8 @@ import pytest
 from embodied_ros.bundle import open_bundle
 from embodied_ros.models.smolvla import convert as conversion
 from embodied_ros.models.smolvla import verify_reference
-from embodied_ros.models.smolvla.parity import pipeline_observation, run_cases
+from embodied_ros.models.kit.records import pipeline_observation
+from embodied_ros.models.smolvla import RECORDS
 from embodied_ros.models.smolvla.runtime import load_runtime
 from embodied_ros.pipeline.stages import infer
 from compile_probe import compiled_after_warm_up
@@ -41,7 +42,7 @@ def test_dimensions_and_statistics_come_from_the_save(bundle):
 
 
 def test_raw_inputs_give_recorded_tokens_and_physical_actions(runtime):
-    results = list(run_cases(runtime, RECORD))
+    results = list(RECORDS.run_cases(runtime, RECORD))
     assert len(results) == 3
     for result in results:
         assert result.detail == "" and result.max_abs_error < 1e-4, (result.name, result.max_abs_error, result.detail)

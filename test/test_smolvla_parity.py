@@ -11,7 +11,7 @@ from embodied_ros.backbone.smolvlm import pixel_shuffle
 from embodied_ros.models.smolvla import weights as smolvla_weights
 from embodied_ros.models.smolvla.config import SmolVLAConfig
 from embodied_ros.models.smolvla.model import SmolVLAModel, prefix_attention_bias
-from embodied_ros.models.smolvla.parity import model_case
+from embodied_ros.models.smolvla import RECORDS
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "smolvla_tiny"
@@ -46,7 +46,7 @@ def test_every_case_within_tolerance(folder, backend):
     config, cases = record(folder)
     m = model(folder, backend)
     for k in range(case_count(cases)):
-        error = np.abs(model_case(m, cases, k, config.action_dim) - cases[f"case{k}_actions"]).max()
+        error = np.abs(RECORDS.model_case(m, cases, f"case{k}", config.action_dim) - cases[f"case{k}_actions"]).max()
         assert error < TOLERANCE, f"case {k}: max abs action error {error:.3g}"
 
 

@@ -147,7 +147,7 @@ def lerobot_stats(source: Path, raw: Mapping[str, Any], default_mode: str,
 
 
 def write_policy_bundle(architecture: str, checkpoint, quant_plan, group_of: Callable[[str], str], output: Path,
-                        reference: Path | None, progress: bool, parity, tokenizer_kind: str = "sentencepiece") -> None:
+                        reference: Path | None, progress: bool, records, tokenizer_kind: str = "sentencepiece") -> None:
     """A read LeRobot checkpoint (config, weights, stats, tokenizer, source) as a bundle stored by
     `quant_plan` (a QuantPlan or its text), checked against `reference` as `write_checked` does."""
     from embodied_ros.bundle import BundleWriter, QuantPlan, RobotMetadata
@@ -164,21 +164,22 @@ def write_policy_bundle(architecture: str, checkpoint, quant_plan, group_of: Cal
         writer.set_stats(checkpoint.stats)
     if checkpoint.tokenizer is not None:
         writer.set_tokenizer(checkpoint.tokenizer, kind=tokenizer_kind)
-    write_checked(writer, Path(output), reference, progress, parity)
+    write_checked(writer, Path(output), reference, progress, records)
 
 
-def write_checked(writer, output: Path, reference: Path | None, progress: bool, parity) -> None:
+def write_checked(writer, output: Path, reference: Path | None, progress: bool, records) -> None:
     """Write the bundle; with `reference` (a record folder) its cases become the bundle's reference record,
-    with the tolerance of the weakest stored type, and a bundle that then misses them is removed."""
+    with the tolerance of the weakest stored type, and a bundle that then misses them is removed.
+    `records`: the family's recorded cases (reference_record, tolerance_for, verify_reference)."""
     from embodied_ros.bundle import open_bundle
 
     if reference is not None:
         stored_types = {qtype for _, _, qtype, _ in writer.plan_report()}
-        writer.set_reference(parity.reference_record(Path(reference), parity.tolerance_for(stored_types)))
+        writer.set_reference(records.reference_record(Path(reference), records.tolerance_for(stored_types)))
     writer.write(output, progress=progress)
     if reference is None:
         return
-    error, tolerance = parity.verify_reference(open_bundle(output, architecture=writer.architecture))
+    error, tolerance = records.verify_reference(open_bundle(output, architecture=writer.architecture))
     if not error <= tolerance:
         Path(output).unlink(missing_ok=True)
         raise ValueError(f"converted bundle misses its reference record: max abs action error {error:.3g} > "

@@ -12,6 +12,7 @@ their "q4_k" falls back to q8_0). They catch a broken kernel or layout, not smal
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import tempfile
 from dataclasses import dataclass
@@ -141,20 +142,24 @@ def pipeline_observation(inputs, task: str, key: str, camera_names, stamp_ns: in
 
 def pipeline_cases(runtime, folder: Path, tolerance: float, prompt_of: Callable[[Observation], str]
                    ) -> Iterator[CaseResult]:
-    """Raw record: uint8 images + raw state + task -> physical actions; prompt and token ids checked too."""
+    """Raw record: uint8 images + raw state + task -> physical actions; the prompt (where cases.json records
+    one) and the token ids (the valid ones, where the record has their mask) are checked too."""
     folder = Path(folder)
     recorded = recorded_tasks(folder)
     with np.load(folder / CASES_FILE) as cases:
         for k in range(case_count(cases)):
             observation = pipeline_observation(cases, recorded[k]["task"], f"case{k}", runtime.spec.camera_names, k)
             prompt = prompt_of(observation)
-            tokens, _ = runtime.tokenizer.encode(prompt)
+            tokens, mask = runtime.tokenizer.encode(prompt)
+            expected_tokens = cases[f"case{k}_tokens"]
+            if f"case{k}_token_mask" in cases.files:
+                tokens, expected_tokens = tokens[mask], expected_tokens[cases[f"case{k}_token_mask"]]
             result = infer(runtime, observation, cases[f"case{k}_noise"])
             error = float(np.abs(result.actions - cases[f"case{k}_actions"]).max())
             problems = []
-            if prompt != recorded[k]["prompt"]:
+            if "prompt" in recorded[k] and prompt != recorded[k]["prompt"]:
                 problems.append(f"prompt differs: {prompt!r}")
-            if not np.array_equal(tokens, cases[f"case{k}_tokens"]):
+            if not np.array_equal(tokens, expected_tokens):
                 problems.append("token ids differ")
             yield CaseResult(f"case{k}", error if not problems else float("inf"), tolerance, "; ".join(problems))
 
@@ -220,3 +225,85 @@ def verify_reference(bundle, load_runtime: Callable[[Any], Any], model_case: Cal
             actions = model_case(runtime, record, key)
         worst = max(worst, float(np.abs(actions - expected).max()))
     return worst, float(record.tolerance)
+
+
+@dataclass(frozen=True)
+class FlowRecords:
+    """The recorded cases of a flow-matching VLA family (pi0.5, pi0, SmolVLA), as data; the family's
+    package exposes its methods as the `parity` command's, `bundle verify`'s and its converter's hooks.
+
+    family        its name in messages ("pi0.5")
+    package       its package: `convert.detect` / `convert.convert` and `runtime.load_runtime` are taken from
+                  there when used (so neither module imports this record spec's user back)
+    model_inputs  a model record's per-case inputs: images ([0, 1], model order), image_masks, tokens,
+                  token_mask, then what the model's build_prefix takes after them (pi0, SmolVLA: state)
+
+    Record layouts (test/data): a model record is config.json + model.safetensors + cases.npz with, per
+    case k, `case{k}_<model input>`, `_noise` and model-space `_actions` (a real-time chunking record adds
+    each case's leftover and settings: `model_record_cases`); a pipeline record is checkpoint/ (a LeRobot
+    save) + cases.json (tasks, and the prompts where the family's prompt is more than the task) +
+    cases.npz with raw inputs `case{k}_{camera}_uint8` (absent = camera missing), `_state_raw`, `_noise`,
+    the reference's `_tokens` (and `_token_mask`) and physical-unit `_actions`.
+    """
+
+    family: str
+    package: str
+    model_inputs: tuple[str, ...]
+
+    def _module(self, name: str):
+        return importlib.import_module(f"{self.package}.{name}")
+
+    def record_kind(self, folder: str | Path) -> str | None:
+        """"model", "pipeline" or None for a folder that is not a record of this family."""
+        return record_kind(Path(folder), self._module("convert").detect)
+
+    def recognizes_fixture(self, path: str | Path) -> bool:
+        return self.record_kind(path) is not None
+
+    # ---- running cases ---------------------------------------------------------------------
+
+    def model_prefix(self, model, inputs, key: str):
+        """The prefix cache of one recorded case; inputs holds `{key}_images`, ... as recorded."""
+        images = inputs[f"{key}_images"] * np.float32(2.0) - np.float32(1.0)
+        mask = inputs[f"{key}_image_masks"]
+        extras = tuple(inputs[f"{key}_{name}"] for name in self.model_inputs[4:])
+        return model.build_prefix(model.image_tokens(images, mask), mask, inputs[f"{key}_tokens"],
+                                  inputs[f"{key}_token_mask"], *extras)
+
+    def model_case(self, model, inputs, key: str, action_dim: int, noise: np.ndarray | None = None) -> np.ndarray:
+        """Model-space actions of one recorded case (its noise `{key}_noise` unless given)."""
+        noise = inputs[f"{key}_noise"] if noise is None else noise
+        return model.sample_actions(self.model_prefix(model, inputs, key), noise)[:, :action_dim]
+
+    def run_cases(self, runtime, folder: Path, tolerance: float = TOLERANCES["f32"]) -> Iterator[CaseResult]:
+        kind = require_kind(folder, self.record_kind(folder), self.family)
+        if kind == "model":
+            return model_record_cases(runtime.model, folder, tolerance, self.model_prefix)
+        return pipeline_cases(runtime, folder, tolerance, runtime.prompt)
+
+    def run_fixture_parity(self, path: str | Path, quant: str = "f32", backend: str = "numba") -> list[CaseResult]:
+        """Convert the record's checkpoint to a temporary bundle stored as `quant` (a type such as
+        "q8_0", or a plan such as "lm=q8_0,expert=q4_k") and run every case against the record."""
+        folder = Path(path)
+        checkpoint = checkpoint_of(folder, self.record_kind(folder))
+        architecture = self.package.rsplit(".", 1)[1]
+        with converted_bundle(checkpoint, quant, architecture, self._module("convert").convert) as (bundle, tolerance):
+            return list(self.run_cases(self._module("runtime").load_runtime(bundle, backend), folder, tolerance))
+
+    # ---- a bundle's reference record -----------------------------------------------------------
+
+    tolerance_for = staticmethod(tolerance_for)
+
+    def reference_record(self, folder: Path, tolerance: float):
+        """The record a bundle carries: the folder's inputs, noise and the reference's actions."""
+        kind = require_kind(folder, self.record_kind(folder), self.family)
+        return reference_record(folder, kind, tolerance, self.model_inputs)
+
+    def verify_reference(self, bundle, backend: str = "numba") -> tuple[float, float]:
+        """Re-run a bundle's reference record: (max abs action error, recorded tolerance)."""
+        load_runtime = self._module("runtime").load_runtime
+
+        def record_case(runtime, record, key: str) -> np.ndarray:
+            return self.model_case(runtime.model, record.inputs, key, record.expected[key].shape[1], record.noise[key])
+
+        return verify_reference(bundle, lambda b: load_runtime(b, backend), record_case)

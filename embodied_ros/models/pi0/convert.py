@@ -66,8 +66,8 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
     """Write the bundle of the checkpoint in `source` to `output` (arguments as pi0.5's convert);
     a `reference` folder of recorded cases becomes the bundle's reference record, which the written
     bundle must reproduce."""
-    from embodied_ros.models.pi0 import parity
+    from embodied_ros.models.pi0 import RECORDS
 
     checkpoint = read_checkpoint(source, overrides, reference)
-    lerobot_save.write_policy_bundle(ARCHITECTURE, checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
-                                   parity)
+    lerobot_save.write_policy_bundle(ARCHITECTURE, checkpoint, quant_plan, tensor_group, Path(output), reference,
+                                     progress, RECORDS)

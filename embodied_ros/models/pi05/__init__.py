@@ -3,12 +3,18 @@
 Entry points used by the rest of the package:
   load_runtime(bundle, backend)        the stage-contract runtime (pipeline/stages.py)
   spec_of(bundle)                      its ModelSpec from the bundle's metadata
-  verify_reference(bundle, backend)    re-run a bundle's reference record: (max error, tolerance)
-  recognizes_fixture(path), run_fixture_parity(path, quant)   the `parity` command's hook
+  RECORDS                              its recorded cases (models/kit/records.py, FlowRecords): the
+                                       `parity` command's recognizes_fixture / run_fixture_parity,
+                                       verify_reference(bundle, backend) for `bundle verify`
   convert.detect(source), convert.convert(source, output, quant_plan, reference, progress)
 """
 
-from embodied_ros.models.pi05.parity import recognizes_fixture, run_fixture_parity, verify_reference
+from embodied_ros.models.kit.records import FlowRecords
 from embodied_ros.models.pi05.runtime import Pi05Runtime, load_runtime, spec_of
 
-__all__ = ["Pi05Runtime", "load_runtime", "spec_of", "recognizes_fixture", "run_fixture_parity", "verify_reference"]
+RECORDS = FlowRecords("pi0.5", __name__, ("images", "image_masks", "tokens", "token_mask"))
+recognizes_fixture, run_fixture_parity, verify_reference = (RECORDS.recognizes_fixture, RECORDS.run_fixture_parity,
+                                                           RECORDS.verify_reference)
+
+__all__ = ["Pi05Runtime", "load_runtime", "spec_of", "RECORDS", "recognizes_fixture", "run_fixture_parity",
+           "verify_reference"]

@@ -1,6 +1,6 @@
 """The `bench` command's hook: recorded pi0.5 cases, each run stage by stage with timings.
 
-`bench_cases(bundle, record)` reads the cases of a record folder (either layout, see parity.py)
+`bench_cases(bundle, record)` reads the cases of a record folder (either layout, models/kit/records.py)
 or, without one, the bundle's own reference record; each `BenchCase.run(runtime)` gives the
 seconds of each stage and the case's max abs action error against the record.
 """
@@ -16,7 +16,6 @@ from typing import Any, Callable
 import numpy as np
 
 from embodied_ros.models.kit import records
-from embodied_ros.models.pi05 import parity
 from embodied_ros.pipeline.types import Observation
 
 STAGES = ("perception", "prefix", "action")
@@ -85,7 +84,9 @@ def bench_cases(bundle, record: Path | None = None) -> list[BenchCase]:
 
 
 def _folder_cases(folder: Path) -> list[BenchCase]:
-    kind = parity.record_kind(folder)
+    from embodied_ros.models.pi05 import RECORDS
+
+    kind = RECORDS.record_kind(folder)
     if kind is None:
         raise ValueError(f"{folder}: not a pi0.5 record (needs {records.CASES_FILE} beside a checkpoint)")
     tasks = [case["task"] for case in json.loads((folder / "cases.json").read_text())["cases"]] if kind == "pipeline" \

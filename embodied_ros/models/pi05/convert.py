@@ -77,14 +77,14 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
 
     quant_plan: a QuantPlan or its text ("lm=q8_0,expert=q4_k"; groups: vision, lm, expert,
     embedding, heads, conditioning). reference: a folder of recorded cases (either record
-    format, see models/pi05/parity.py): they become the bundle's reference record, with the
-    tolerance of the weakest stored type, and the written bundle must reproduce them.
+    format, see models/kit/records.py, FlowRecords): they become the bundle's reference record, with
+    the tolerance of the weakest stored type, and the written bundle must reproduce them.
     """
-    from embodied_ros.models.pi05 import parity
+    from embodied_ros.models.pi05 import RECORDS
 
     checkpoint = read_checkpoint(source, overrides, reference)
     lerobot_save.write_policy_bundle("pi05", checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
-                                   parity)
+                                     RECORDS)
 
 
 # ---- LeRobot layout ------------------------------------------------------------------------

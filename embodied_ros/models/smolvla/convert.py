@@ -88,11 +88,11 @@ def convert(source: Path, output: Path, quant_plan: Any = None, reference: Path 
             progress: bool = False, overrides: Mapping[str, Any] | None = None) -> None:
     """Write the bundle of the checkpoint in `source` to `output` (see models/pi05/convert.py for
     `quant_plan` and `reference`; groups here: vision, lm, expert, embedding, heads)."""
-    from embodied_ros.models.smolvla import parity
+    from embodied_ros.models.smolvla import RECORDS
 
     checkpoint = read_checkpoint(source, overrides, reference)
-    lerobot_save.write_policy_bundle("smolvla", checkpoint, quant_plan, tensor_group, Path(output), reference, progress,
-                                   parity, tokenizer_kind="huggingface-json")
+    lerobot_save.write_policy_bundle("smolvla", checkpoint, quant_plan, tensor_group, Path(output), reference,
+                                     progress, RECORDS, tokenizer_kind="huggingface-json")
 
 
 # ---- LeRobot layout ------------------------------------------------------------------------
