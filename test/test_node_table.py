@@ -15,7 +15,7 @@ import pytest
 
 from embodied_ros.node_infra.config import ScheduleConfig, load_config
 from embodied_ros.node_infra.node_table import NODE_NAMES, NODES, graph_nodes, node_class, node_spec, upstream_of
-from embodied_ros.pipeline.noise import stage_noise
+from embodied_ros.pipeline.noise import NOISE_STREAMS, stage_noise
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXED_SCRIPTS = {"embodied-ros": "embodied_ros.cli.main:main",
@@ -60,12 +60,12 @@ def test_schedule_settings_are_the_scheduled_rows_in_order_with_their_documentat
         load_config(None, {"schedule.prefix": 0})
 
 
-def test_noise_streams_are_distinct_and_only_rows_with_one_draw_noise():
-    streams = [node.noise_stream for node in NODES if node.noise_stream is not None]
-    assert len(streams) == len(set(streams)) == 2
+def test_noise_streams_are_distinct_and_belong_to_graph_nodes():
+    assert len(set(NOISE_STREAMS.values())) == len(NOISE_STREAMS) == 2
+    assert set(NOISE_STREAMS) <= {node.name for node in NODES}
     world, action = (stage_noise(0, name, 5, (3,)) for name in ("world", "action"))
     assert not (world == action).all()
-    with pytest.raises(ValueError, match="the prefix node has no noise stream"):
+    with pytest.raises(ValueError, match="stage 'prefix' draws no noise"):
         stage_noise(0, "prefix", 5, (3,))
 
 

@@ -20,7 +20,6 @@ class GraphNodeSpec:
     upstream: tuple[str, ...] = ()  # nodes whose outputs it reads
     schedule_key: str | None = None  # `schedule.<key>`: it runs every N steps; None: every step
     schedule_doc: str = ""  # what `schedule.<key>` means (ROS parameter description, docs/graph.md)
-    noise_stream: int | None = None  # stream of its initial noise under stages.noise_seed (pipeline/noise.py)
     control: bool = False  # composed: on the shared control thread (light, on time), not a thread of its own
     world_model_only: bool = False  # left out of graphs whose model has no world model
 
@@ -42,9 +41,9 @@ NODES = (
                   schedule_doc="the prefix builder runs every N steps"),
     GraphNodeSpec("world", "WorldNode", upstream=("prefix",), schedule_key="world",
                   schedule_doc="the world predictor runs every N steps (models with a world model only)",
-                  noise_stream=1, world_model_only=True),
+                  world_model_only=True),
     GraphNodeSpec("action", "ActionNode", upstream=("prefix", "world"), schedule_key="action",
-                  schedule_doc="the action head runs every N steps", noise_stream=2),
+                  schedule_doc="the action head runs every N steps"),
     GraphNodeSpec("controller", "ControllerNode", upstream=("action",), control=True),
 )
 NODE_NAMES = tuple(node.name for node in NODES)

@@ -5,20 +5,20 @@ One seed: the bundle's `solver.noise_seed` (ModelSpec.noise_seed), unless a grap
 `stages.noise_seed` (an evaluation seeds each episode). The graph's nodes index by step (in
 lock-step mode the schedule step, so a replay gives the same noise every time and a test can hand
 the same noise to a direct `pipeline.stages.infer` call); a runtime called without noise indexes by
-the observation's stamp. Each stage's stream is its row's `noise_stream` in the node table.
+the observation's stamp. The stochastic stages (named as their graph nodes) have a stream each.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from embodied_ros.node_infra.node_table import node_spec
+NOISE_STREAMS = {"world": 1, "action": 2}
 
 
 def stage_noise(seed: int, stage: str, step: int, shape: tuple[int, ...]) -> np.ndarray:
     """Standard normal noise of `stage` at `step`."""
-    stream = node_spec(stage).noise_stream
+    stream = NOISE_STREAMS.get(stage)
     if stream is None:
-        raise ValueError(f"the {stage} node has no noise stream in the node table")
+        raise ValueError(f"stage {stage!r} draws no noise; the stochastic stages are {', '.join(NOISE_STREAMS)}")
     rng = np.random.default_rng([seed, stream, step])
     return rng.standard_normal(shape).astype(np.float32)
