@@ -1,6 +1,6 @@
 """Memory of LingBot-VA at its released size (LIBERO config) in this runtime: file and resident bytes
 per stored type of each part, and the KV slot pool. Counted from the tensor shapes the runtime
-checks (models/lingbot_va/dual_stream.py, backbone/wan_vae.py, backbone/umt5.py) and the stored
+checks (heads/dual_stream.py, backbone/wan_vae.py, backbone/umt5.py) and the stored
 type the quantization plan gives each tensor; no weights are needed.
 
     python benchmarks/lingbot_va_memory.py [--section lingbot_va_memory] [--no-write]
@@ -28,7 +28,7 @@ from benchmarks.common import markdown_table, write_section  # noqa: E402
 from embodied_ros.backbone import umt5, wan_vae  # noqa: E402
 from embodied_ros.bundle import QuantPlan  # noqa: E402
 from embodied_ros.kernels.quant import QUANT_TYPES  # noqa: E402
-from embodied_ros.models.lingbot_va import dual_stream as ds  # noqa: E402
+from embodied_ros.heads import dual_stream as ds  # noqa: E402
 from embodied_ros.models.lingbot_va.lerobot_bundle import _plan, weight_group  # noqa: E402
 
 MIB = 2 ** 20

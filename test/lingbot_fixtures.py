@@ -10,7 +10,7 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from embodied_ros.kernels import KernelSet
-from embodied_ros.models.lingbot_va import dual_stream as ds
+from embodied_ros.heads import dual_stream as ds
 from embodied_ros.models.lingbot_va import policy as pl
 
 TINY = Path(__file__).resolve().parent / "data" / "lingbot_va_tiny"

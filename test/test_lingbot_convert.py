@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from embodied_ros.backbone.wan_block import DIFFUSERS_BLOCK_NAMES
 from embodied_ros.bundle import open_bundle
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.models import lingbot_va
@@ -19,7 +20,7 @@ def test_block_record_becomes_a_one_block_bundle(tmp_path):
     path = convert.convert_block_record(RECORD, tmp_path / "block.gguf")
     bundle = open_bundle(path, architecture="lingbot_va")
     source = load_file(RECORD / "block.safetensors")
-    assert sorted(bundle.weight_names) == sorted(f"blk.0.{naming.BLOCK_NAMES[n]}" for n in source)
+    assert sorted(bundle.weight_names) == sorted(f"blk.0.{DIFFUSERS_BLOCK_NAMES[n]}" for n in source)
     np.testing.assert_array_equal(bundle.weight("blk.0.self_attn.q.weight"), source["attn1.to_q.weight"])
     np.testing.assert_array_equal(bundle.weight("blk.0.modulation"), source["scale_shift_table"][0])
     np.testing.assert_array_equal(bundle.weight("blk.0.ffn_out.bias"), source["ffn.net.2.bias"])

@@ -7,7 +7,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from embodied_ros.models.lingbot_va import dual_stream as ds
+from embodied_ros.heads import dual_stream as ds
 from embodied_ros.models.lingbot_va import policy as pl
 from lingbot_fixtures import EXTRA, TINY, episode, record
 

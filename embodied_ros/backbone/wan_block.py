@@ -89,6 +89,23 @@ BLOCK_TENSORS = {
     **{f"cross_attn.{field}": f"cross_attn.{name}" for field, name in ATTENTION_TENSORS.items()},
 }
 
+# diffusers' `WanTransformerBlock` tensor names (inside "blocks.{i}.") -> the bundle's (inside "blk.{i}.")
+DIFFUSERS_BLOCK_NAMES = {
+    "scale_shift_table": "modulation",
+    "norm2.weight": "cross_norm.weight",
+    "norm2.bias": "cross_norm.bias",
+    "ffn.net.0.proj.weight": "ffn_in.weight",
+    "ffn.net.0.proj.bias": "ffn_in.bias",
+    "ffn.net.2.weight": "ffn_out.weight",
+    "ffn.net.2.bias": "ffn_out.bias",
+    **{f"{source}.{projection}.{kind}": f"{target}.{short}.{kind}"
+       for source, target in (("attn1", "self_attn"), ("attn2", "cross_attn"))
+       for projection, short in (("to_q", "q"), ("to_k", "k"), ("to_v", "v"), ("to_out.0", "o"))
+       for kind in ("weight", "bias")},
+    **{f"{source}.norm_{axis}.weight": f"{target}.{axis}_norm.weight"
+       for source, target in (("attn1", "self_attn"), ("attn2", "cross_attn")) for axis in ("q", "k")},
+}
+
 
 def block_tensor_shapes(cfg: WanBlockConfig) -> dict[str, tuple[int, ...]]:
     """Bundle name (relative to the block prefix) -> expected shape."""

@@ -19,7 +19,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from embodied_ros.backbone import wan_vae
-from embodied_ros.models.lingbot_va import dual_stream as ds
+from embodied_ros.heads import dual_stream as ds
 from embodied_ros.models.lingbot_va.policy import ChunkConfig, Episode, unnormalize_quantiles
 from embodied_ros.models.lingbot_va.prompt import PromptEncoder
 

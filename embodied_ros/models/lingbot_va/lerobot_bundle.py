@@ -36,7 +36,7 @@ from embodied_ros.backbone import umt5, wan_vae
 from embodied_ros.bundle import BundleWriter, QuantPlan, ReferenceRecord, open_bundle
 from embodied_ros.kernels import KernelSet
 from embodied_ros.kernels.quant import QUANT_TYPES
-from embodied_ros.models.lingbot_va import dual_stream as ds
+from embodied_ros.heads import dual_stream as ds
 from embodied_ros.models.lingbot_va.closed_loop import LingbotVAPolicy, NoiseSource, seeded_noise
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE
 from embodied_ros.models.lingbot_va.policy import ChunkConfig

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from embodied_ros.models.lingbot_va import dual_stream as ds
+from embodied_ros.heads import dual_stream as ds
 
 
 @dataclass(frozen=True)

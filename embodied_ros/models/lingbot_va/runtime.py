@@ -27,7 +27,7 @@ from embodied_ros.backbone.wan_vae import WanVAEConfig, WanVAEDecoder
 from embodied_ros.models.lingbot_va import lerobot_bundle as lb
 from embodied_ros.models.lingbot_va.closed_loop import camera_frames, prompt_rows
 from embodied_ros.models.lingbot_va.config import ARCHITECTURE
-from embodied_ros.models.lingbot_va.dual_stream import DualStreamConfig
+from embodied_ros.heads.dual_stream import DualStreamConfig
 from embodied_ros.models.lingbot_va.policy import ChunkConfig, unnormalize_quantiles
 from embodied_ros.models.lingbot_va.world_episode import WorldEpisode, noise_sizes
 from embodied_ros.pipeline.stages import ModelSpec, blank_inference

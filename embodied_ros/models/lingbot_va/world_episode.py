@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from embodied_ros.backbone import wan_vae
-from embodied_ros.models.lingbot_va import dual_stream as ds
+from embodied_ros.heads import dual_stream as ds
 from embodied_ros.models.lingbot_va.closed_loop import encode_clips
 from embodied_ros.models.lingbot_va.policy import ChunkConfig, Episode
 

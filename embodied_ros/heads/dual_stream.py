@@ -25,10 +25,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from embodied_ros.backbone.wan_block import (KV, Rope, WanBlockConfig, WanBlockWeights, context_kv,
-                                             load_block_weights, wan_block)
+from embodied_ros.backbone.wan_block import (DIFFUSERS_BLOCK_NAMES, KV, Rope, WanBlockConfig, WanBlockWeights,
+                                             context_kv, load_block_weights, wan_block)
 from embodied_ros.kernels.silu import silu
-from embodied_ros.models.lingbot_va.naming import BLOCK_NAMES
 
 VIDEO, ACTION = "video", "action"
 # update_cache values of lerobot's transformer call
@@ -146,7 +145,7 @@ def tensor_shapes(cfg: DualStreamConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-_BUNDLE_TO_BLOCK = {bundle: source for source, bundle in BLOCK_NAMES.items()}
+_BUNDLE_TO_BLOCK = {bundle: source for source, bundle in DIFFUSERS_BLOCK_NAMES.items()}
 
 
 def load_weights(get: Callable[[str], Any], cfg: DualStreamConfig) -> DualStreamWeights:
