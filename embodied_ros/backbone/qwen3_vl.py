@@ -17,17 +17,92 @@ interleaved t/h/w), causal grouped-query attention, SiLU-gated MLP; after layer 
 deepstack feature is added to the image rows.
 
 Weights use the runtime names of models/groot/weights.py; a layer is the dict of its tensors
-without the `vision.blk.{i}.` / `lm.blk.{i}.` prefix.
+without the `vision.blk.{i}.` / `lm.blk.{i}.` prefix. The two configs (`QwenVisionConfig`,
+`QwenTextConfig`) are validated once, here.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from embodied_ros.backbone.checks import positive, require
 from embodied_ros.kernels import KernelSet
 from embodied_ros.kernels.attention import MASKED
+
+
+@dataclass(frozen=True)
+class QwenVisionConfig:
+    """Qwen3-VL vision tower: patches of patch_size^2 x temporal_patch_size, merged m x m into LM tokens."""
+
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    patch_size: int
+    temporal_patch_size: int
+    spatial_merge_size: int
+    num_position_embeddings: int
+    deepstack_indexes: tuple[int, ...]
+    out_dim: int
+    eps: float = 1e-6
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        positive("vision", width=self.width, depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
+                  patch_size=self.patch_size, temporal_patch_size=self.temporal_patch_size,
+                  spatial_merge_size=self.spatial_merge_size, out_dim=self.out_dim)
+        require(self.width % self.num_heads == 0 and self.head_dim % 4 == 0,
+                 f"vision.width {self.width} / num_heads {self.num_heads} must be a multiple of 4")
+        side = math.isqrt(self.num_position_embeddings)
+        require(side * side == self.num_position_embeddings,
+                 f"vision.num_position_embeddings {self.num_position_embeddings} is not a square")
+        require(all(0 <= i < self.depth for i in self.deepstack_indexes),
+                 f"vision.deepstack_indexes {self.deepstack_indexes} must lie in 0..{self.depth - 1}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.num_heads
+
+    @property
+    def position_grid_side(self) -> int:
+        return math.isqrt(self.num_position_embeddings)
+
+    @property
+    def patch_features(self) -> int:
+        return 3 * self.temporal_patch_size * self.patch_size ** 2
+
+    @property
+    def merge_rows(self) -> int:
+        return self.spatial_merge_size ** 2
+
+
+@dataclass(frozen=True)
+class QwenTextConfig:
+    """The Qwen3 language model, cut to its first `depth` layers (GR00T's select_layer)."""
+
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    mrope_section: tuple[int, int, int]
+    rope_theta: float = 5e6
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        positive("text", width=self.width, depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
+                  num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, vocab_size=self.vocab_size)
+        require(self.num_heads % self.num_kv_heads == 0,
+                 f"text.num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+        require(len(self.mrope_section) == 3 and sum(self.mrope_section) == self.head_dim // 2,
+                 f"text.mrope_section {self.mrope_section} must have 3 parts summing to head_dim/2")
+
 
 Weights = Mapping[str, Any]
 
@@ -108,8 +183,8 @@ def _merger_mlp(ks: KernelSet, w: Weights, prefix: str, x: np.ndarray) -> np.nda
     return ks.linear(hidden, w[f"{prefix}.fc2.weight"], w[f"{prefix}.fc2.bias"])
 
 
-def vision_block(ks: KernelSet, cfg, layer: Weights, x: np.ndarray, rope: tuple[np.ndarray, np.ndarray],
-                 bias: np.ndarray) -> np.ndarray:
+def vision_block(ks: KernelSet, cfg: QwenVisionConfig, layer: Weights, x: np.ndarray,
+                 rope: tuple[np.ndarray, np.ndarray], bias: np.ndarray) -> np.ndarray:
     heads, hd = cfg.num_heads, cfg.head_dim
     h = ks.layer_norm(x, layer["ln1.weight"], layer["ln1.bias"], cfg.eps)
     qkv = ks.linear(h, layer["attn_qkv.weight"], layer["attn_qkv.bias"]).reshape(x.shape[0], 3, heads, hd)
@@ -122,7 +197,8 @@ def vision_block(ks: KernelSet, cfg, layer: Weights, x: np.ndarray, rope: tuple[
     return x + ks.linear(hidden, layer["fc2.weight"], layer["fc2.bias"])
 
 
-def vision_embed(ks: KernelSet, cfg, w: Weights, pixel_rows: np.ndarray, grids: Sequence[tuple[int, int]]) -> np.ndarray:
+def vision_embed(ks: KernelSet, cfg: QwenVisionConfig, w: Weights, pixel_rows: np.ndarray,
+                 grids: Sequence[tuple[int, int]]) -> np.ndarray:
     """Patch rows [n, 3*T*P*P] of views with patch grids `grids` -> block-0 input [n, w]."""
     x = ks.linear(np.asarray(pixel_rows, np.float32), w["vision.patch.weight"], w["vision.patch.bias"])
     positions = np.concatenate([interpolated_positions(w["vision.position"], g, cfg.spatial_merge_size)
@@ -130,7 +206,7 @@ def vision_embed(ks: KernelSet, cfg, w: Weights, pixel_rows: np.ndarray, grids: 
     return x + positions
 
 
-def vision_tower(ks: KernelSet, cfg, w: Weights, layers: Sequence[Weights], pixel_rows: np.ndarray,
+def vision_tower(ks: KernelSet, cfg: QwenVisionConfig, w: Weights, layers: Sequence[Weights], pixel_rows: np.ndarray,
                  grids: Sequence[tuple[int, int]]) -> tuple[np.ndarray, list[np.ndarray]]:
     """-> (LM rows of the image tokens [n / m^2, d], deepstack features [n / m^2, d] each)."""
     expected = sum(gh * gw for gh, gw in grids)
@@ -210,8 +286,8 @@ def _head_norm(ks: KernelSet, x: np.ndarray, weight: np.ndarray, eps: float) -> 
     return ks.rms_norm_across_heads(rows, weight, eps).reshape(x.shape)
 
 
-def lm_layer(ks: KernelSet, cfg, layer: Weights, x: np.ndarray, rope: tuple[np.ndarray, np.ndarray],
-             bias: np.ndarray) -> np.ndarray:
+def lm_layer(ks: KernelSet, cfg: QwenTextConfig, layer: Weights, x: np.ndarray,
+             rope: tuple[np.ndarray, np.ndarray], bias: np.ndarray) -> np.ndarray:
     n, hd = x.shape[0], cfg.head_dim
     h = ks.rms_norm_across_heads(x, layer["attn_norm.weight"], cfg.eps)
     q = ks.linear(h, layer["attn_q.weight"]).reshape(n, cfg.num_heads, hd)
@@ -238,7 +314,7 @@ def lm_inputs(token_embd: np.ndarray, input_ids: np.ndarray, image_token: int, i
     return x
 
 
-def lm_forward(ks: KernelSet, cfg, layers: Sequence[Weights], x: np.ndarray, positions: np.ndarray,
+def lm_forward(ks: KernelSet, cfg: QwenTextConfig, layers: Sequence[Weights], x: np.ndarray, positions: np.ndarray,
                image_mask: np.ndarray, deepstack: Sequence[np.ndarray]) -> np.ndarray:
     """The kept LM layers over the prompt rows [L, d] -> the last kept layer's output [L, d]."""
     rope = mrope_tables(positions, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)

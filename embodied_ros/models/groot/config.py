@@ -9,91 +9,12 @@ GR00T_N1_7_DEFAULTS): vision 1024 x 24 (16 heads, 48x48 position table, deepstac
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from embodied_ros.backbone.checks import positive, require
+from embodied_ros.backbone.qwen3_vl import QwenTextConfig, QwenVisionConfig
 from embodied_ros.models.groot.processor import ProcessorConfig
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
-
-
-def _positive(owner: str, **values: int) -> None:
-    for name, value in values.items():
-        _require(isinstance(value, int) and value > 0, f"{owner}.{name} must be a positive integer, got {value!r}")
-
-
-@dataclass(frozen=True)
-class QwenVisionConfig:
-    """Qwen3-VL vision tower: patches of patch_size^2 x temporal_patch_size, merged m x m into LM tokens."""
-
-    width: int
-    depth: int
-    mlp_dim: int
-    num_heads: int
-    patch_size: int
-    temporal_patch_size: int
-    spatial_merge_size: int
-    num_position_embeddings: int
-    deepstack_indexes: tuple[int, ...]
-    out_dim: int
-    eps: float = 1e-6
-    rope_theta: float = 10000.0
-
-    def __post_init__(self) -> None:
-        _positive("vision", width=self.width, depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
-                  patch_size=self.patch_size, temporal_patch_size=self.temporal_patch_size,
-                  spatial_merge_size=self.spatial_merge_size, out_dim=self.out_dim)
-        _require(self.width % self.num_heads == 0 and self.head_dim % 4 == 0,
-                 f"vision.width {self.width} / num_heads {self.num_heads} must be a multiple of 4")
-        side = math.isqrt(self.num_position_embeddings)
-        _require(side * side == self.num_position_embeddings,
-                 f"vision.num_position_embeddings {self.num_position_embeddings} is not a square")
-        _require(all(0 <= i < self.depth for i in self.deepstack_indexes),
-                 f"vision.deepstack_indexes {self.deepstack_indexes} must lie in 0..{self.depth - 1}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.width // self.num_heads
-
-    @property
-    def position_grid_side(self) -> int:
-        return math.isqrt(self.num_position_embeddings)
-
-    @property
-    def patch_features(self) -> int:
-        return 3 * self.temporal_patch_size * self.patch_size ** 2
-
-    @property
-    def merge_rows(self) -> int:
-        return self.spatial_merge_size ** 2
-
-
-@dataclass(frozen=True)
-class QwenTextConfig:
-    """The Qwen3 language model, cut to its first `depth` layers (GR00T's select_layer)."""
-
-    width: int
-    depth: int
-    mlp_dim: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    mrope_section: tuple[int, int, int]
-    rope_theta: float = 5e6
-    eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        _positive("text", width=self.width, depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
-                  num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, vocab_size=self.vocab_size)
-        _require(self.num_heads % self.num_kv_heads == 0,
-                 f"text.num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
-        _require(len(self.mrope_section) == 3 and sum(self.mrope_section) == self.head_dim // 2,
-                 f"text.mrope_section {self.mrope_section} must have 3 parts summing to head_dim/2")
 
 
 @dataclass(frozen=True)
@@ -127,18 +48,18 @@ class ActionHeadConfig:
     num_timestep_buckets: int = 1000
 
     def __post_init__(self) -> None:
-        _positive("action_head", backbone_width=self.backbone_width, hidden_size=self.hidden_size,
+        positive("action_head", backbone_width=self.backbone_width, hidden_size=self.hidden_size,
                   width=self.width, num_heads=self.num_heads, head_dim=self.head_dim, vl_depth=self.vl_depth,
                   vl_num_heads=self.vl_num_heads, vl_head_dim=self.vl_head_dim, num_embodiments=self.num_embodiments,
                   horizon=self.horizon, max_state_dim=self.max_state_dim, max_action_dim=self.max_action_dim,
                   num_inference_steps=self.num_inference_steps)
-        _require(self.num_heads * self.head_dim == self.width,
+        require(self.num_heads * self.head_dim == self.width,
                  f"action_head: {self.num_heads} heads x {self.head_dim} != width {self.width}")
-        _require(self.vl_num_heads * self.vl_head_dim == self.backbone_width,
+        require(self.vl_num_heads * self.vl_head_dim == self.backbone_width,
                  f"action_head: vl {self.vl_num_heads} heads x {self.vl_head_dim} != {self.backbone_width}")
         unknown = set(self.block_kinds) - {"self_attn", "cross_attn_text", "cross_attn_image"}
-        _require(not unknown and self.block_kinds, f"action_head.block_kinds has unknown kinds {sorted(unknown)}")
-        _require(self.horizon <= self.max_seq_len, f"action_head.horizon {self.horizon} > max_seq_len")
+        require(not unknown and self.block_kinds, f"action_head.block_kinds has unknown kinds {sorted(unknown)}")
+        require(self.horizon <= self.max_seq_len, f"action_head.horizon {self.horizon} > max_seq_len")
 
     @property
     def depth(self) -> int:
@@ -157,11 +78,11 @@ class GrootConfig:
     processor: ProcessorConfig = field(default_factory=ProcessorConfig)
 
     def __post_init__(self) -> None:
-        _require(self.vision.out_dim == self.text.width == self.head.backbone_width,
+        require(self.vision.out_dim == self.text.width == self.head.backbone_width,
                  f"vision out {self.vision.out_dim}, text width {self.text.width} and the head's backbone width "
                  f"{self.head.backbone_width} must agree")
-        _require(0 < self.state_dim <= self.head.max_state_dim, f"state_dim {self.state_dim} out of range")
-        _require(0 < self.action_dim <= self.head.max_action_dim, f"action_dim {self.action_dim} out of range")
+        require(0 < self.state_dim <= self.head.max_state_dim, f"state_dim {self.state_dim} out of range")
+        require(0 < self.action_dim <= self.head.max_action_dim, f"action_dim {self.action_dim} out of range")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -40,9 +40,9 @@ from typing import Any, Mapping
 import numpy as np
 from safetensors.numpy import load_file
 
+from embodied_ros.backbone.qwen3_vl import QwenTextConfig, QwenVisionConfig
+from embodied_ros.models.groot.config import ActionHeadConfig, GrootConfig, TokenIds, block_kinds, n1_7_config
 from embodied_ros.models.kit import lerobot_save
-from embodied_ros.models.groot.config import (ActionHeadConfig, GrootConfig, QwenTextConfig, QwenVisionConfig,
-                                             TokenIds, block_kinds, n1_7_config)
 from embodied_ros.models.groot.processor import ProcessorConfig
 from embodied_ros.models.groot.weights import check_weights, from_lerobot
 
