@@ -9,6 +9,7 @@ from safetensors.numpy import load_file
 from embodied_ros.backbone import umt5, wan_vae
 from embodied_ros.kernels import KernelSet
 from embodied_ros.models.lingbot_va import closed_loop, policy, prompt
+from embodied_ros.sequence.images import resize_bilinear
 from lingbot_fixtures import CHECKPOINT, camera_images, frozen_modules, record, transformer
 
 KS = KernelSet("numpy")
@@ -38,7 +39,7 @@ def test_vae_streams_match_lerobot():
     height, width = config["height"], config["width"]
 
     def frames(step):
-        return np.stack([wan_vae.resize_bilinear(image.transpose(2, 0, 1).astype(np.float32) / np.float32(255.0),
+        return np.stack([resize_bilinear(image.transpose(2, 0, 1).astype(np.float32) / np.float32(255.0),
                                                  height, width) * np.float32(2.0) - np.float32(1.0)
                          for image in camera_images(0, step).values()])
 

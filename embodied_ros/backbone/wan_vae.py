@@ -297,27 +297,6 @@ class WanVAEEncoder(_CausalStack):
         return ((mean - self.mean[:, None, None, None]) * self.inv_std[:, None, None, None]).astype(np.float32)
 
 
-def resize_bilinear(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """(C, h, w) -> (C, height, width) as torch's `interpolate(mode="bilinear", align_corners=False)`
-    without antialiasing, in float32."""
-    def axis(size_in: int, size_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        scale = np.float32(size_in / size_out)
-        source = np.maximum((np.arange(size_out, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5),
-                            np.float32(0.0)).astype(np.float32)
-        low = source.astype(np.int64)
-        high = np.minimum(low + 1, size_in - 1)
-        return low, high, (source - low).astype(np.float32)
-
-    if image.shape[1:] == (height, width):
-        return np.asarray(image, np.float32)
-    image = np.asarray(image, np.float32)
-    r0, r1, rl = axis(image.shape[1], height)
-    c0, c1, cl = axis(image.shape[2], width)
-    top = image[:, r0][:, :, c0] * (1 - cl) + image[:, r0][:, :, c1] * cl
-    bottom = image[:, r1][:, :, c0] * (1 - cl) + image[:, r1][:, :, c1] * cl
-    return ((np.float32(1.0) - rl)[None, :, None] * top + rl[None, :, None] * bottom).astype(np.float32)
-
-
 class WanVAEDecoder(_CausalStack):
     """Latents -> frames (diffusers `AutoencoderKLWan.decode`), one latent frame per step of a stream:
     latent frame 0 gives frame 0, every later one 4 frames.

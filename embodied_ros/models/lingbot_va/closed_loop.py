@@ -22,6 +22,7 @@ from embodied_ros.backbone import wan_vae
 from embodied_ros.heads import dual_stream as ds
 from embodied_ros.models.lingbot_va.policy import ChunkConfig, Episode, unnormalize_quantiles
 from embodied_ros.models.lingbot_va.prompt import PromptEncoder
+from embodied_ros.sequence.images import resize_bilinear
 
 NoiseSource = Callable[[int, tuple, tuple], tuple[np.ndarray, np.ndarray]]  # (chunk, video, action shapes)
 
@@ -43,7 +44,7 @@ def camera_frames(images: Mapping[str, np.ndarray], camera_names: Sequence[str],
             raise ValueError(f"lingbot_va: camera {name!r} needs an (h, w, 3) uint8 image, got "
                              f"{None if image is None else (np.shape(image), np.asarray(image).dtype)}")
         rgb = np.asarray(image, np.float32).transpose(2, 0, 1) / np.float32(255.0)
-        frames.append(wan_vae.resize_bilinear(rgb, *image_hw) * np.float32(2.0) - np.float32(1.0))
+        frames.append(resize_bilinear(rgb, *image_hw) * np.float32(2.0) - np.float32(1.0))
     return np.stack(frames).astype(np.float32)
 
 
