@@ -61,10 +61,13 @@ class Recording:
 
     def follow(self, stream: IO[str]) -> threading.Thread:
         """Read `stream` (the probe's stdout) on a thread of its own until it ends."""
-        thread = threading.Thread(target=lambda: [self.add_line(line) for line in stream], daemon=True,
-                                  name="probe-reader")
+        thread = threading.Thread(target=self._read, args=(stream,), daemon=True, name="probe-reader")
         thread.start()
         return thread
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.add_line(line)
 
     # queries ---------------------------------------------------------------------------------------
 
