@@ -22,38 +22,38 @@ set +u; source "$ENV_SH"; set -u
 rm -rf "$LOGS"; mkdir -p "$LOGS"
 FAILED=0
 
-start_launch() {  # log, arguments...: the pid of a `ros2 launch` in a process group of its own
+start_launch() {  # log, arguments...: a `ros2 launch` in a process group of its own; its pid in LAUNCHED
   local log=$1; shift
   python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
     ros2 launch embodied_ros pi05.launch.py "$@" > "$log" 2>&1 &
-  echo $!
+  LAUNCHED=$!
 }
 
-stop_launch() {  # pid: SIGINT, its exit status (or "hung"), nothing left of its group
+stop_launch() {  # pid: SIGINT; its exit status (or "hung", "left-running") in STOPPED
   local pid=$1 waited=0
   kill -INT "$pid" 2>/dev/null
   while kill -0 "$pid" 2>/dev/null && [ $waited -lt 600 ]; do sleep 0.1; waited=$((waited + 1)); done
-  if kill -0 "$pid" 2>/dev/null; then kill -KILL -- -"$pid"; wait "$pid" 2>/dev/null; echo hung; return; fi
-  wait "$pid"; local code=$?
-  [ -z "$(pgrep -g "$pid")" ] || { kill -KILL -- -"$pid" 2>/dev/null; echo "left-running"; return; }
-  echo $code
+  if kill -0 "$pid" 2>/dev/null; then kill -KILL -- -"$pid"; wait "$pid" 2>/dev/null; STOPPED=hung; return; fi
+  wait "$pid"; STOPPED=$?
+  [ -z "$(pgrep -g "$pid")" ] || { kill -KILL -- -"$pid" 2>/dev/null; STOPPED=left-running; }
 }
 
 for run in $(seq 1 "$RUNS"); do
-  inference=$(start_launch "$LOGS/inference-$run.log" host:=inference respawn:=true)
-  robot=$(start_launch "$LOGS/robot-$run.log" host:=robot robot:=synthetic)
+  start_launch "$LOGS/inference-$run.log" host:=inference respawn:=true; inference=$LAUNCHED
+  start_launch "$LOGS/robot-$run.log" host:=robot robot:=synthetic; robot=$LAUNCHED
   first=$(timeout 200 python3 "$PROBE" --config pi05.yaml --layout separate 2>>"$LOGS/probe-$run.log"); first_rc=$?
-  prefix_pid=$(pgrep -g "$inference" -f "embodied-ros-prefix" | head -1)
+  prefix_pid=$(pgrep -P "$inference" -f "embodied-ros-prefix" | head -1)  # a child of this launch
   killed=no; [ -n "$prefix_pid" ] && kill -KILL "$prefix_pid" && killed=yes
   sleep 2
   again=$(timeout 200 python3 "$PROBE" --config pi05.yaml --layout separate 2>>"$LOGS/probe-$run.log"); again_rc=$?
-  respawned=$(grep -c "respawn\|process started with pid" "$LOGS/inference-$run.log")
-  inference_exit=$(stop_launch "$inference"); robot_exit=$(stop_launch "$robot")
+  respawned=$(pgrep -P "$inference" -f "embodied-ros-prefix" | grep -vx "$prefix_pid" | head -1)
+  stop_launch "$inference"; inference_exit=$STOPPED; stop_launch "$robot"; robot_exit=$STOPPED
   verdict=pass
-  if [ $first_rc != 0 ] || [ $killed != yes ] || [ $again_rc != 0 ] || [ "$inference_exit" != 0 ] || [ "$robot_exit" != 0 ]; then
+  if [ $first_rc != 0 ] || [ $killed != yes ] || [ -z "$respawned" ] || [ $again_rc != 0 ] \
+     || [ "$inference_exit" != 0 ] || [ "$robot_exit" != 0 ]; then
     verdict=FAIL; FAILED=1
   fi
-  echo "run $run: $verdict (streamed: $first; prefix killed: $killed; after the respawn: $again;" \
+  echo "run $run: $verdict (streamed: $first; prefix $prefix_pid killed: $killed, respawned as ${respawned:-none}; after the respawn: $again;" \
        "exits: inference $inference_exit, robot $robot_exit; logs $LOGS)"
 done
 exit $FAILED
