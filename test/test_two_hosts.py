@@ -107,3 +107,15 @@ def test_fault_outcome_counts_commands_that_move_before_a_fresh_chunk():
     assert outcome.stale_commands == 1
     with pytest.raises(ValueError, match="never resumed"):
         recording.fault_outcome(fault_ns=200, healed_ns=500)
+
+
+def test_commands_after_the_controller_streams_again_are_not_stale_whatever_the_probe_saw():
+    recording = Recording()  # the probe has not rediscovered the restarted action node: no fresh chunk seen
+    for line in ('{"kind": "chunk", "t": 100, "stamp": 50, "end": 250}',
+                 '{"kind": "state", "t": 240, "message": "holding: action chunk ran out"}',
+                 '{"kind": "command", "t": 240, "positions": [1.0]}',
+                 '{"kind": "command", "t": 300, "positions": [1.0]}',
+                 '{"kind": "state", "t": 410, "message": "streaming"}',
+                 '{"kind": "command", "t": 420, "positions": [2.0]}'):
+        recording.add_line(line)
+    assert recording.fault_outcome(fault_ns=200, healed_ns=300).stale_commands == 0

@@ -6,8 +6,10 @@ processes killed) and ends at `healed_ns` (the link back, the processes restarte
   of the last chunk it had received by then (<= one command period means it held in time; it may
   be negative: a trajectory command is meant one period ahead);
 - resume: the first "streaming" state after the heal, minus the heal;
-- stale commands: commands after the hold that moved away from the held position before the first
-  chunk made from an observation taken after the fault arrived (must be 0);
+- stale commands: commands after the hold that moved away from the held position before the
+  controller streamed again and before the first chunk made from an observation taken after the
+  fault reached the probe (must be 0; the controller's own state bounds it, as the probe's reader
+  may rediscover a restarted publisher later than the controller's);
 and over a whole run: chunk rate, the age of the observation behind each chunk at its arrival,
 the command period error.
 """
@@ -95,10 +97,9 @@ class Recording:
             commands = [(t, p) for t, p in self.commands if t >= hold_ns]
         if last_end is None:
             raise ValueError("no chunk arrived before the hold")
-        first_fresh = min(fresh, default=None)
+        moving_allowed_ns = min(min(fresh, default=resumed_ns), resumed_ns)
         held = commands[0][1] if commands else ()
-        stale = sum(1 for t, positions in commands
-                    if (first_fresh is None or t < first_fresh) and positions != held)
+        stale = sum(1 for t, positions in commands if t < moving_allowed_ns and positions != held)
         return FaultOutcome((hold_ns - last_end) / 1e6, (resumed_ns - healed_ns) / 1e6, stale)
 
     def stream_figures(self, start_ns: int, end_ns: int, period_s: float) -> dict[str, float]:
