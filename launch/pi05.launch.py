@@ -2,7 +2,7 @@
 
     ros2 launch embodied_ros pi05.launch.py bundle:=/path/model.gguf [layout:=composed|separate]
         [robot:=none|synthetic] [namespace:=arm] [remaps:=joint_states:=/arm/joint_states,instruction:=/task]
-        [config:=my.yaml]
+        [config:=my.yaml] [host:=all|robot|inference] [respawn:=false|true]
 
 Composed: one `embodied-ros-container` process hosting every node (stage outputs by reference).
 Separate: one lifecycle node per process, configured then activated by launch (stage outputs as
@@ -10,6 +10,11 @@ Tensor messages; see docs/graph.md for the Fast DDS shared-memory settings). A g
 exits with an error (a missing bundle) ends the launch with exit status 1.
 robot:=synthetic also starts the simulated arm and cameras of `embodied-ros up` (no hardware); the
 default, none, starts no robot: a real arm's drivers publish the inputs and take the commands.
+Two hosts, the same config on both: host:=robot on the robot's computer starts the nodes of the
+config's split.robot_nodes (the observation node and the controller by default), host:=inference
+on the GPU box the others, one node per process; DDS carries the topics between them.
+respawn:=true restarts a node process that ends (a crash, a kill); its node configures and
+activates itself, and its exit no longer ends the launch.
 """
 
 from launch import LaunchDescription
@@ -27,6 +32,7 @@ from embodied_ros.node_infra.paths import default_config
 # seconds a process has after SIGINT before launch escalates to SIGTERM (launch's own default, 5 s,
 # is shorter than a separate-layout node process takes to deactivate and exit on a busy 2-core machine)
 SHUTDOWN_GRACE_S = "30"
+RESPAWN_DELAY_S = 1.0  # seconds between a node process's end and its restart (respawn:=true)
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -39,6 +45,11 @@ def generate_launch_description() -> LaunchDescription:
                               description="none: a real robot's drivers; synthetic: the simulated arm and cameras"),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of every node and topic"),
         DeclareLaunchArgument("remaps", default_value="", description="comma-separated FROM:=TO topic remaps"),
+        DeclareLaunchArgument("host", default_value="all", choices=["all", "robot", "inference"],
+                              description="all: the whole graph; robot / inference: that host's nodes of "
+                                          "the config's split.robot_nodes, one process each"),
+        DeclareLaunchArgument("respawn", default_value="false", choices=["false", "true"],
+                              description="restart a node process that ends; the node then starts itself"),
         OpaqueFunction(function=_graph_actions),
     ])
 
@@ -50,12 +61,17 @@ def _graph_actions(context):
     remappings = parse_remaps(argument("remaps"))
     actions = []
     for process in launch_plan(argument("config"), bundle=argument("bundle"), layout=argument("layout"),
-                               robot=argument("robot")):
+                               robot=argument("robot"), host=argument("host"), respawn=argument("respawn") == "true"):
         common = dict(package="embodied_ros", executable=process.executable, namespace=argument("namespace"),
                       remappings=remappings, arguments=list(process.arguments), output="screen",
-                      on_exit=_fail_on_error_exit, sigterm_timeout=SHUTDOWN_GRACE_S)
+                      sigterm_timeout=SHUTDOWN_GRACE_S)
+        if process.respawn:
+            common.update(respawn=True, respawn_delay=RESPAWN_DELAY_S)
+        else:
+            common.update(on_exit=_fail_on_error_exit)
         if not process.lifecycle:
-            actions.append(Node(**common))
+            named = dict(name=process.name, parameters=[process.parameters]) if process.parameters else {}
+            actions.append(Node(**named, **common))
             continue
         node = LifecycleNode(name=process.name, parameters=[process.parameters], **common)
         activate = RegisterEventHandler(OnStateTransition(

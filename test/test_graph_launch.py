@@ -47,6 +47,45 @@ def test_synthetic_robot_joins_either_layout_with_the_same_config(config_file):
         launch_plan(config_file, robot="ur5")
 
 
+def test_each_host_plans_its_side_of_the_split_one_process_per_node_from_the_same_config(config_file):
+    robot = launch_plan(config_file, layout="composed", host="robot", robot="synthetic")
+    assert [p.name for p in robot] == ["observation", "controller", "synthetic_robot"]
+    inference = launch_plan(config_file, layout="composed", host="inference")
+    assert [p.name for p in inference] == ["perception", "prefix", "world", "action"]
+    assert all(p.lifecycle and p.parameters["layout"] == "separate" for p in robot[:2] + inference)
+    assert robot[0].parameters == inference[0].parameters  # one config, both hosts
+    assert [p.name for p in launch_plan(config_file, layout="separate")] == [p.name for p in robot[:1] + inference
+                                                                              + robot[1:2]]
+
+
+def test_the_split_follows_the_configs_robot_nodes(tmp_path):
+    path = tmp_path / "split.yaml"
+    path.write_text("bundle: model.gguf\nsplit:\n  robot_nodes: [observation, perception, controller]\n")
+    assert [p.name for p in launch_plan(path, host="robot")] == ["observation", "perception", "controller"]
+    assert [p.name for p in launch_plan(path, host="inference")] == ["prefix", "world", "action"]
+    path.write_text("bundle: model.gguf\nsplit:\n  robot_nodes: [observation]\n")
+    with pytest.raises(ValueError, match="split.robot_nodes must include the controller"):
+        launch_plan(path, host="robot")
+    path.write_text("bundle: model.gguf\nsplit:\n  robot_nodes: [controller, camera]\n")
+    with pytest.raises(ValueError, match=r"split.robot_nodes \['camera'\] are not graph nodes"):
+        launch_plan(path)
+
+
+def test_host_and_robot_arguments_are_checked(config_file):
+    with pytest.raises(ValueError, match="host 'gpu' is not one of: all, robot, inference"):
+        launch_plan(config_file, host="gpu")
+    with pytest.raises(ValueError, match="robot:=synthetic belongs to the robot's host"):
+        launch_plan(config_file, host="inference", robot="synthetic")
+
+
+def test_respawned_nodes_start_themselves(config_file):
+    plan = launch_plan(config_file, host="inference", respawn=True)
+    assert all(p.respawn and not p.lifecycle and p.parameters["autostart"] is True for p in plan)
+    [container] = launch_plan(config_file, layout="composed", respawn=True)
+    assert container.respawn and container.executable == "embodied-ros-container"
+    assert not any(p.respawn for p in launch_plan(config_file, layout="separate"))
+
+
 def test_remaps_parse_and_reject_malformed_entries():
     assert parse_remaps("joint_states:=/arm/js, instruction:=/task") == [("joint_states", "/arm/js"),
                                                                         ("instruction", "/task")]
@@ -87,10 +126,10 @@ def test_launch_file_builds_lifecycle_nodes_with_configure_and_activate(monkeypa
     spec.loader.exec_module(module)
     description = module.generate_launch_description()
     declared = [a.args[0] for a in description.args[0] if type(a).__name__ == "DeclareLaunchArgument"]
-    assert declared == ["config", "bundle", "layout", "robot", "namespace", "remaps"]
+    assert declared == ["config", "bundle", "layout", "robot", "namespace", "remaps", "host", "respawn"]
     opaque = description.args[0][-1]
     context = {"config": str(config_file), "bundle": "", "layout": "separate", "robot": "none", "namespace": "arm",
-               "remaps": "joint_states:=/arm/js"}
+               "remaps": "joint_states:=/arm/js", "host": "all", "respawn": "false"}
     actions = opaque.kwargs["function"](context)
     nodes = [a for a in actions if type(a).__name__ == "LifecycleNode"]
     assert [n.kwargs["name"] for n in nodes] == ["observation", "perception", "prefix", "world", "action",
@@ -114,3 +153,9 @@ def test_launch_file_builds_lifecycle_nodes_with_configure_and_activate(monkeypa
     container, robot = opaque.kwargs["function"](context)
     assert type(robot).__name__ == "Node" and robot.kwargs["executable"] == "embodied-ros-synthetic-robot"
     assert robot.kwargs["namespace"] == "arm" and robot.kwargs["remappings"] == [("joint_states", "/arm/js")]
+    context.update(robot="none", host="inference", respawn="true")
+    respawning = opaque.kwargs["function"](context)
+    assert [type(a).__name__ for a in respawning] == ["Node"] * 4  # no lifecycle events: each starts itself
+    assert [a.kwargs["name"] for a in respawning] == ["perception", "prefix", "world", "action"]
+    assert all(a.kwargs["respawn"] is True and "on_exit" not in a.kwargs for a in respawning)
+    assert respawning[0].kwargs["parameters"][0]["autostart"] is True

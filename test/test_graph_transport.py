@@ -86,3 +86,50 @@ def test_inconsistent_messages_are_clear_errors():
     tensor.shape = [5]
     with pytest.raises(ValueError, match=r"tensor 'x': shape \[5\] float32 needs 20 bytes, message has 16"):
         tensor_to_array(tensor)
+
+
+@pytest.mark.parametrize("wire_dtype, relative_error", [("float16", 2.0 ** -11), ("bfloat16", 2.0 ** -8)])
+def test_stage_arrays_travel_at_the_wire_precision_and_come_back_float32(wire_dtype, relative_error):
+    rng = np.random.default_rng(1)
+    keys = rng.standard_normal((3, 7, 2, 8)).astype(np.float32) * 40
+    result = StageResult(stage="prefix", stamp_ns=1, tensors={"keys": keys, "valid": np.ones(7, bool),
+                                                              "positions": np.arange(7, dtype=np.int64)},
+                         meta={"n_valid": 7, "scale": np.float32(0.1)})
+    msg = _wire(encode_output("prefix", 1, 0, result, 0, None, wire_dtype=wire_dtype), StageOutput)
+    sent = {t.name: t for t in msg.tensors}
+    assert sent["keys"].dtype == wire_dtype and len(sent["keys"].data) == keys.size * 2  # half the bytes
+    assert sent["positions"].dtype == "int64" and sent["meta/scale"].dtype == "float32"  # exact
+    back = decode_output(msg, ResultStore())
+    assert back.tensors["keys"].dtype == np.float32 and back.tensors["keys"].shape == keys.shape
+    np.testing.assert_allclose(back.tensors["keys"], keys, rtol=relative_error, atol=0)
+    assert not np.array_equal(back.tensors["keys"], keys)  # it did travel narrowed
+    np.testing.assert_array_equal(back.tensors["positions"], result.tensors["positions"])
+    assert back.meta["scale"] == np.float32(0.1)
+
+
+def test_observations_travel_exact_whatever_the_wire_precision():
+    obs = Observation(stamp_ns=5, images={"front": np.full((2, 3, 3), 7, np.uint8)},
+                      state=np.array([0.1, -1.3], np.float32), instruction="stack the cups")
+    msg = encode_output("observation", 1, 0, obs, 9, None, wire_dtype="bfloat16")
+    assert {t.name: t.dtype for t in msg.tensors} == {"image/front": "uint8", "state": "float32",
+                                                      "instruction": "utf8"}
+
+
+def test_bfloat16_rounds_to_nearest_even_and_keeps_specials():
+    from embodied_ros.node_infra.transport import narrow_float32, widen_bfloat16
+
+    values = np.array([1.0, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, -2.5, np.inf, -np.inf, np.nan, 0.0, 3e38],
+                      np.float32)
+    back = widen_bfloat16(narrow_float32(values, "bfloat16"))
+    # ties go to the even neighbour: 1 + 2^-8 -> 1, 1 + 3 * 2^-8 -> 1 + 2^-6
+    np.testing.assert_array_equal(back[:6], [1.0, 1.0, 1.0 + 2.0 ** -6, -2.5, np.inf, -np.inf])
+    assert np.isnan(back[6]) and back[7] == 0.0 and np.isfinite(back[8])
+
+
+def test_float16_saturates_values_beyond_its_range_instead_of_making_them_infinite():
+    from embodied_ros.node_infra.transport import narrow_float32
+
+    narrowed = narrow_float32(np.array([1e6, -1e6, np.inf, 1.5], np.float32), "float16")
+    np.testing.assert_array_equal(narrowed, [65504.0, -65504.0, np.inf, 1.5])
+    with pytest.raises(ValueError, match="wire dtype must be one of"):
+        narrow_float32(np.zeros(2, np.float32), "int8")

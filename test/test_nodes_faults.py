@@ -1,5 +1,5 @@
 """Faults on a free-running composed pi0.5 graph: a camera that stops, NaN joint states, inputs
-stamped in the future, a malformed image. No node crashes; the controller holds within one control period of the fault
+stamped in the future, a malformed image, raw or compressed. No node crashes; the controller holds within one control period of the fault
 being seen, says why on /diagnostics, and streams again once the input is good."""
 
 import pytest
@@ -21,10 +21,11 @@ def runtime(tmp_path_factory):
 
 
 @pytest.fixture
-def running_graph(runtime):
+def running_graph(runtime, request):
     config = load_config(None, {"schedule.step_period_s": STEP_S, "schedule.perception": 1,
                                 "inputs.max_age_s": 0.3, "synthetic.camera_rate_hz": 20.0,
-                                "synthetic.joint_state_rate_hz": 50.0, "diagnostics.period_s": 0.5})
+                                "synthetic.joint_state_rate_hz": 50.0, "diagnostics.period_s": 0.5,
+                                "inputs.image_transport": getattr(request, "param", "raw")})
     domain = next_domain()
     context = Context()
     rclpy.init(context=context, domain_id=domain)
@@ -89,3 +90,12 @@ def test_malformed_image(running_graph, runtime):
                        lambda: setattr(robot, "truncated_camera", None),
                        f"camera {camera}: {width}x{height} rgb8 image with step {3 * width} needs "
                        f"{3 * width * height} bytes")
+
+
+@pytest.mark.parametrize("running_graph", ["compressed"], indirect=True)
+def test_truncated_jpeg_from_a_compressed_camera(running_graph, runtime):
+    graph, outside = running_graph
+    robot, camera = outside.robot, runtime.spec.camera_names[0]
+    _hold_then_recover(graph, outside, lambda: setattr(robot, "truncated_camera", camera),
+                       lambda: setattr(robot, "truncated_camera", None),
+                       f"camera {camera}: cannot decode the JPEG data")

@@ -5,6 +5,12 @@ nodes itself. Composed: one container process hosting every node. Separate: one 
 process per stage (the world node idles for models without a world model). With
 `robot="synthetic"`, one more process: the simulated arm and cameras of `embodied-ros up`
 (nodes/synthetic.py), so the graph runs end to end without hardware.
+
+Two hosts: `host="robot"` plans the nodes of the config's `split.robot_nodes` (the observation
+node and the controller by default), `host="inference"` the others, each one node per process (the
+separate layout: stage outputs serialized, as they must be to cross hosts), from the same config.
+With `respawn`, launch restarts a node process that ends (killed, crashed); such a node configures
+and activates itself (`autostart`), since launch's configure and activate requests go out once.
 """
 
 from __future__ import annotations
@@ -13,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from embodied_ros.node_infra.config import load_config
-from embodied_ros.node_infra.node_table import NODES
+from embodied_ros.node_infra.config import HOSTS, load_config
+from embodied_ros.node_infra.node_table import node_spec
 from embodied_ros.nodes.params import node_parameters
 
 CONTAINER = "embodied-ros-container"
@@ -29,26 +35,37 @@ class PlannedProcess:
     lifecycle: bool  # a managed node that launch must configure and activate
     parameters: dict[str, Any] = field(default_factory=dict)
     arguments: tuple[str, ...] = ()
+    respawn: bool = False  # launch restarts the process when it ends
 
 
-def launch_plan(config_path: str | Path, bundle: str = "", layout: str = "", robot: str = "none") -> list[PlannedProcess]:
+def launch_plan(config_path: str | Path, bundle: str = "", layout: str = "", robot: str = "none",
+                host: str = "all", respawn: bool = False) -> list[PlannedProcess]:
     if robot not in ROBOTS:
         raise ValueError(f"robot {robot!r} is not one of: {', '.join(ROBOTS)}")
+    if host not in HOSTS:
+        raise ValueError(f"host {host!r} is not one of: {', '.join(HOSTS)}")
+    if robot != "none" and host == "inference":
+        raise ValueError("robot:=synthetic belongs to the robot's host (host:=robot or all), not host:=inference")
     overrides: dict[str, Any] = {}
     if bundle:
         overrides["bundle"] = str(Path(bundle).resolve())
     if layout:
         overrides["layout"] = layout
+    if host != "all":
+        overrides["layout"] = "separate"  # a host runs its share of the graph one node per process
     config = load_config(config_path, overrides)
     config_arguments = ("--config", str(Path(config_path).resolve()))
     if bundle:
         config_arguments += ("--bundle", overrides["bundle"])
     if config.layout == "composed":
-        plan = [PlannedProcess(CONTAINER, None, lifecycle=False, arguments=config_arguments)]
+        plan = [PlannedProcess(CONTAINER, None, lifecycle=False, arguments=config_arguments, respawn=respawn)]
     else:
         parameters = node_parameters(config)
-        plan = [PlannedProcess(node.executable, node.name, lifecycle=True, parameters=parameters)
-                for node in NODES]
+        if respawn:
+            parameters["autostart"] = True
+        plan = [PlannedProcess(node_spec(name).executable, name, lifecycle=not respawn, parameters=parameters,
+                               respawn=respawn)
+                for name in config.split.nodes_of(host)]
     if robot == "synthetic":
         plan.append(PlannedProcess(SYNTHETIC_ROBOT, "synthetic_robot", lifecycle=False, arguments=config_arguments))
     return plan

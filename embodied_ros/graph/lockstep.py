@@ -27,7 +27,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 
 from embodied_ros.graph.composed import ComposedGraph
@@ -44,6 +44,7 @@ from embodied_ros.node_infra.topics import (
 )
 from embodied_ros.node_infra.transport import msg_to_chunk
 from embodied_ros.inputs.errors import InputError
+from embodied_ros.inputs.compressed import rgb8_to_compressed
 from embodied_ros.inputs.image import array_to_image
 from embodied_ros.inputs.instruction import instruction_from_msg
 from embodied_ros.inputs.stamps import ns_to_time, seconds_to_ns, time_to_ns
@@ -150,10 +151,11 @@ class LockstepGraph:
 
     # stepping -----------------------------------------------------------------------------------
 
-    def step(self, images: Mapping[str, np.ndarray | Image], joint_state: JointState | Mapping[str, float] | np.ndarray,
-             instruction: str | None = None) -> StepOutput:
-        """Run one step on these inputs (RGB arrays or Image messages; the state as a JointState,
-        {joint: position} or an array in the model's state order)."""
+    def step(self, images: Mapping[str, np.ndarray | Image | CompressedImage],
+             joint_state: JointState | Mapping[str, float] | np.ndarray, instruction: str | None = None) -> StepOutput:
+        """Run one step on these inputs (RGB arrays or Image messages; with `inputs.image_transport:
+        compressed`, CompressedImage messages, and arrays go as lossless PNG; the state as a
+        JointState, {joint: position} or an array in the model's state order)."""
         if instruction is not None and instruction != self._instruction:
             self._send_instruction(instruction)
         step = self.next_step
@@ -162,7 +164,8 @@ class LockstepGraph:
         for camera in self.cameras:
             if camera not in images:
                 raise ValueError(f"step {step}: no image for camera {camera!r} (cameras: {list(self.cameras)})")
-            self.camera_publishers[camera].publish(_stamped_image(images[camera], stamp_ns))
+            stamped = _stamped_compressed_image if self.compressed else _stamped_raw_image
+            self.camera_publishers[camera].publish(stamped(images[camera], stamp_ns))
         self.joint_publisher.publish(self._joint_state(joint_state, stamp_ns))
         output = self._collect(step, stamp_ns)
         self.next_step += 1
@@ -176,7 +179,11 @@ class LockstepGraph:
     def _make_topics(self) -> None:
         node, qos = self.driver, lockstep_qos()
         self.clock_publisher = node.create_publisher(Clock, CLOCK, qos)
-        self.camera_publishers = {c: node.create_publisher(Image, camera_topic(c), qos) for c in self.cameras}
+        transport = self.config.inputs.image_transport
+        self.compressed = transport == "compressed"
+        image_type = CompressedImage if self.compressed else Image
+        self.camera_publishers = {c: node.create_publisher(image_type, camera_topic(c, transport), qos)
+                                  for c in self.cameras}
         self.joint_publisher = node.create_publisher(JointState, JOINT_STATES, qos)
         self.instruction_publisher = node.create_publisher(String, INSTRUCTION, INSTRUCTION_QOS)
         inbox = self.inbox
@@ -278,7 +285,17 @@ class LockstepGraph:
                        lambda: self.executor.spin_once(timeout_sec=0.01))
 
 
-def _stamped_image(image: np.ndarray | Image, stamp_ns: int) -> Image:
+def _stamped_compressed_image(image: np.ndarray | CompressedImage, stamp_ns: int) -> CompressedImage:
+    if isinstance(image, CompressedImage):
+        msg = CompressedImage(format=image.format, data=image.data)
+        msg.header.frame_id = image.header.frame_id
+    else:
+        msg = rgb8_to_compressed(np.asarray(image), "png")
+    msg.header.stamp = ns_to_time(stamp_ns)
+    return msg
+
+
+def _stamped_raw_image(image: np.ndarray | Image, stamp_ns: int) -> Image:
     if isinstance(image, Image):
         msg = Image(height=image.height, width=image.width, encoding=image.encoding,
                     is_bigendian=image.is_bigendian, step=image.step, data=image.data)

@@ -54,7 +54,7 @@ def _remap_arguments(namespace: str, remaps: Sequence[str]) -> list[str]:
 class SeparateGraph:
     def __init__(self, config: GraphConfig, node_names: Sequence[str], *, namespace: str = "",
                  remaps: Sequence[str] = (), domain_id: int | None = None, log_dir: str | Path | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, command_prefix: Sequence[str] = ()):
         if config.transport.mode == "reference":
             raise ValueError("transport.mode reference cannot cross processes; use auto or serialized")
         self.config = replace(config, layout="separate")
@@ -68,6 +68,7 @@ class SeparateGraph:
         self.env = child_environment({**os.environ, **dds_environment(), PARENT_PID: str(os.getpid()), **(env or {})})
         if domain_id is not None:
             self.env["ROS_DOMAIN_ID"] = str(domain_id)
+        self.command_prefix = tuple(command_prefix)  # e.g. `ip netns exec NS`: run every node there
         self.processes: dict[str, subprocess.Popen] = {}
 
     def start(self) -> None:
@@ -86,7 +87,8 @@ class SeparateGraph:
         else:
             remap_arguments = _remap_arguments(self.namespace, self.remaps)
             command = [*program, "--ros-args", *remap_arguments] if remap_arguments else list(program)
-        self.processes[name] = subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.processes[name] = subprocess.Popen([*self.command_prefix, *command], env=self.env, stdout=log,
+                                                stderr=subprocess.STDOUT)
         log.close()
 
     def kill(self, name: str) -> None:

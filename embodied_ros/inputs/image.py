@@ -79,7 +79,7 @@ def image_to_rgb8(msg: Image, name: str = "image", conversion: ImageConversion =
     elif encoding == "bgra8":
         rgb = pixels[..., 2::-1]
     else:
-        rgb = np.repeat(_mono_to_uint8(pixels, conversion)[..., None], 3, axis=2)
+        rgb = np.repeat(mono_to_uint8(pixels, conversion)[..., None], 3, axis=2)
     return np.ascontiguousarray(rgb)
 
 
@@ -113,7 +113,7 @@ def _layout(encoding: str, name: str) -> tuple[np.dtype, int]:
         ) from None
 
 
-def _mono_to_uint8(pixels: np.ndarray, conversion: ImageConversion) -> np.ndarray:
+def mono_to_uint8(pixels: np.ndarray, conversion: ImageConversion) -> np.ndarray:
     if pixels.dtype == np.uint8:
         return pixels
     default_max = 1.0 if pixels.dtype.kind == "f" else float(np.iinfo(pixels.dtype).max)

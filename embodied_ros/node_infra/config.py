@@ -14,9 +14,12 @@ from typing import Any, Mapping
 
 import yaml
 
-from embodied_ros.node_infra.node_table import node_spec, scheduled_nodes
+from embodied_ros.node_infra.node_table import NODE_NAMES, node_spec, scheduled_nodes
 
 RELIABILITIES = ("best_effort", "reliable")
+IMAGE_TRANSPORTS = ("raw", "compressed")  # image_transport's names: sensor_msgs/Image, or CompressedImage on <topic>/compressed
+WIRE_DTYPES = ("float32", "float16", "bfloat16")  # as node_infra/transport.py writes them
+HOSTS = ("all", "robot", "inference")  # launch host:=...: every node, or one side of split.robot_nodes
 
 
 def _doc(text: str, default: Any) -> Any:
@@ -74,6 +77,9 @@ class InputsConfig:
     reliability: str = _doc("QoS reliability of the camera and joint-state subscriptions: best_effort (matches "
                             "every publisher) or reliable", "best_effort")
     mono_max: float = _doc("16-bit and float single-channel images: value shown as white (0: 65535 / 1.0)", 0.0)
+    image_transport: str = _doc("raw: sensor_msgs/Image on camera/<name>/image_raw; compressed: "
+                                "sensor_msgs/CompressedImage (JPEG or PNG) on camera/<name>/image_raw/compressed, "
+                                "image_transport's topic, decoded by the observation node", "raw")
 
     def __post_init__(self) -> None:
         _check(self.max_age_s > 0, f"inputs.max_age_s must be positive, got {self.max_age_s}")
@@ -81,6 +87,8 @@ class InputsConfig:
         _check(self.reliability in RELIABILITIES, f"inputs.reliability must be one of {RELIABILITIES}, "
                                                   f"got {self.reliability!r}")
         _check(self.mono_max >= 0, f"inputs.mono_max must be >= 0, got {self.mono_max}")
+        _check(self.image_transport in IMAGE_TRANSPORTS, f"inputs.image_transport must be one of {IMAGE_TRANSPORTS}, "
+                                                         f"got {self.image_transport!r}")
 
 
 @dataclass(frozen=True)
@@ -192,11 +200,36 @@ class TransportConfig:
     mode: str = _doc("how stage outputs travel: reference (same process, zero-copy), serialized (Tensor "
                      "messages) or auto (reference when composed)", "auto")
     keep_last: int = _doc("outputs per stage kept alive for by-reference consumers", 8)
+    wire_dtype: str = _doc("serialized stage outputs: the type their float32 arrays (image tokens, prefix K/V) "
+                           "travel in, float32 (exact), float16 or bfloat16 (half the bytes; received back as "
+                           "float32); observations and action chunks always travel exact", "float32")
 
     def __post_init__(self) -> None:
         _check(self.mode in ("auto", "reference", "serialized"),
                f"transport.mode must be auto, reference or serialized, got {self.mode!r}")
         _check(self.keep_last >= 2, f"transport.keep_last must be >= 2, got {self.keep_last}")
+        _check(self.wire_dtype in WIRE_DTYPES, f"transport.wire_dtype must be one of {WIRE_DTYPES}, "
+                                               f"got {self.wire_dtype!r}")
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    robot_nodes: tuple[str, ...] = _doc("the graph split over two hosts (launch host:=robot|inference): the nodes "
+                                        "the robot's computer runs, the inference host runs the others; the "
+                                        "default puts the whole model on the inference host, so only observations "
+                                        "and action chunks cross the link", ("observation", "controller"))
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.robot_nodes if name not in NODE_NAMES]
+        _check(not unknown, f"split.robot_nodes {unknown} are not graph nodes {list(NODE_NAMES)}")
+        _check("controller" in self.robot_nodes, "split.robot_nodes must include the controller: it commands the arm")
+
+    def nodes_of(self, host: str) -> tuple[str, ...]:
+        """The graph nodes `host` runs (all, robot or inference), in start-up order."""
+        _check(host in HOSTS, f"host must be one of {HOSTS}, got {host!r}")
+        return tuple(name for name in NODE_NAMES
+                     if host == "all" or (name in self.robot_nodes) == (host == "robot"))
+
 
 
 @dataclass(frozen=True)
@@ -250,6 +283,7 @@ class GraphConfig:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     rtc: RtcConfig = field(default_factory=RtcConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 

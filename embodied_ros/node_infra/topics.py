@@ -30,8 +30,10 @@ def command_topic(output: str, dry_run: bool) -> str:
     return COMMAND_PREVIEW if dry_run else COMMAND_TOPICS[output]
 
 
-def camera_topic(camera: str) -> str:
-    return f"camera/{camera}/image_raw"
+def camera_topic(camera: str, image_transport: str = "raw") -> str:
+    """A camera's image topic; image_transport's compressed transport publishes on `<topic>/compressed`."""
+    base = f"camera/{camera}/image_raw"
+    return base if image_transport == "raw" else f"{base}/{image_transport}"
 
 
 def stage_topic(stage: str) -> str:

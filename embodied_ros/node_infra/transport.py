@@ -7,6 +7,11 @@ A StageOutput with `sequence` 0 is a skip marker: the stage ran its step but pro
 
 Tensor names: a StageResult's arrays under their own names, its meta values as `meta/<key>`;
 an Observation as `image/<camera>`, `state` and `instruction`. Strings use dtype "utf8".
+
+Wire precision (`transport.wire_dtype`): a StageResult's float32 arrays (image tokens, the prefix
+K/V) may travel as float16 or bfloat16, half the bytes; the receiver widens them back to float32,
+the stages' type. Observations (uint8 images, the state), meta values and action chunks always
+travel exact.
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ from typing import Any, Union
 
 import numpy as np
 
+from embodied_ros.node_infra.config import WIRE_DTYPES
 from embodied_ros.inputs.stamps import ns_to_duration, ns_to_time, seconds_to_ns, time_to_ns
 from embodied_ros.msg import ActionChunk, StageOutput, StageTiming, Tensor
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 
 Payload = Union[Observation, StageResult]
 UTF8 = "utf8"
+BFLOAT16 = "bfloat16"  # the upper 16 bits of a float32, rounded to nearest even (numpy has no such type)
+FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
 class ResultStore:
@@ -64,14 +72,18 @@ class ResultStore:
 PROCESS_STORE = ResultStore()  # shared by every node of this process
 
 
-def array_to_tensor(name: str, value: np.ndarray | str) -> Tensor:
+def array_to_tensor(name: str, value: np.ndarray | str, wire_dtype: str = "float32") -> Tensor:
+    """A Tensor message of `value`; a float32 array travels as `wire_dtype` (one of WIRE_DTYPES)."""
     if isinstance(value, str):
         raw, dtype, shape = value.encode("utf-8"), UTF8, []
     else:
         if hasattr(value, "__cuda_array_interface__"):  # a GPU array (a device runtime's cache): copied to the host
             value = value.get()
         value = np.ascontiguousarray(value)
-        raw, dtype, shape = value.tobytes(), value.dtype.name, list(value.shape)
+        dtype, shape = value.dtype.name, list(value.shape)
+        if dtype == "float32" and wire_dtype != "float32":
+            value, dtype = narrow_float32(value, wire_dtype), wire_dtype
+        raw = value.tobytes()
     data = array.array("B")
     data.frombytes(raw)
     msg = Tensor(name=name, dtype=dtype, shape=shape)
@@ -80,24 +92,54 @@ def array_to_tensor(name: str, value: np.ndarray | str) -> Tensor:
 
 
 def tensor_to_array(msg: Tensor) -> np.ndarray | str:
-    """A read-only array viewing the message's bytes (or the text of a utf8 tensor)."""
+    """A read-only array viewing the message's bytes (or the text of a utf8 tensor); a float16 or
+    bfloat16 tensor is widened to a float32 array (a copy)."""
     if msg.dtype == UTF8:
         return bytes(msg.data).decode("utf-8")
+    if msg.dtype == BFLOAT16:
+        return widen_bfloat16(_viewed(msg, np.dtype("<u2")))
+    if msg.dtype == "float16":
+        return _viewed(msg, np.dtype("<f2")).astype(np.float32)
     try:
         dtype = np.dtype(msg.dtype).newbyteorder("<")
     except TypeError:
         raise ValueError(f"tensor {msg.name!r} has unknown dtype {msg.dtype!r}") from None
+    values = _viewed(msg, dtype)
+    return values.astype(dtype.newbyteorder("=")) if not dtype.isnative else values
+
+
+def _viewed(msg: Tensor, dtype: np.dtype) -> np.ndarray:
+    """The message's bytes as an array of `dtype` and its shape; ValueError when the sizes disagree."""
     count = int(np.prod(msg.shape, dtype=np.int64))
     if len(msg.data) != count * dtype.itemsize:
         raise ValueError(f"tensor {msg.name!r}: shape {list(msg.shape)} {msg.dtype} needs "
                          f"{count * dtype.itemsize} bytes, message has {len(msg.data)}")
-    values = np.frombuffer(msg.data, dtype=dtype).reshape(tuple(msg.shape))
-    return values.astype(dtype.newbyteorder("=")) if not dtype.isnative else values
+    return np.frombuffer(msg.data, dtype=dtype).reshape(tuple(msg.shape))
+
+
+def narrow_float32(values: np.ndarray, wire_dtype: str) -> np.ndarray:
+    """float32 -> the 16-bit wire type: float16 (finite values beyond its range saturate at +-65504,
+    instead of becoming inf) or bfloat16 words (uint16, rounded to nearest even; NaN stays NaN)."""
+    if wire_dtype == "float16":
+        finite = np.isfinite(values)
+        return np.where(finite, np.clip(values, -FLOAT16_MAX, FLOAT16_MAX), values).astype("<f2")
+    if wire_dtype != BFLOAT16:
+        raise ValueError(f"wire dtype must be one of {WIRE_DTYPES}, got {wire_dtype!r}")
+    bits = values.astype("<f4").view("<u4")
+    rounded = (bits + (np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1)))) >> 16
+    quiet_nan = np.uint32(0x7FC0)
+    return np.where(np.isnan(values), quiet_nan, rounded).astype("<u2")
+
+
+def widen_bfloat16(words: np.ndarray) -> np.ndarray:
+    """bfloat16 words (uint16) -> float32, exactly."""
+    return (words.astype(np.uint32) << 16).view(np.float32)
 
 
 def encode_output(stage: str, sequence: int, step: int, payload: Payload | None, now_ns: int,
-                  store: ResultStore | None) -> StageOutput:
-    """StageOutput for `payload` (None: a skip marker); `store` None means serialize."""
+                  store: ResultStore | None, wire_dtype: str = "float32") -> StageOutput:
+    """StageOutput for `payload` (None: a skip marker); `store` None means serialize, a StageResult's
+    float32 arrays as `wire_dtype`."""
     msg = StageOutput(stage=stage, sequence=sequence if payload is not None else 0, step=step)
     msg.header.stamp = ns_to_time(now_ns)
     if payload is None:
@@ -106,7 +148,8 @@ def encode_output(stage: str, sequence: int, step: int, payload: Payload | None,
     if store is not None:
         msg.handle = store.put(stage, payload)
     else:
-        msg.tensors = [array_to_tensor(name, value) for name, value in _flatten(payload).items()]
+        msg.tensors = [array_to_tensor(name, value, _wire_dtype_of(payload, name, wire_dtype))
+                       for name, value in _flatten(payload).items()]
     return msg
 
 
@@ -178,6 +221,11 @@ def _flatten(payload: Payload) -> dict[str, np.ndarray | str]:
     for key, value in payload.meta.items():
         flat[f"meta/{key}"] = value if isinstance(value, str) else np.asarray(value)
     return flat
+
+
+def _wire_dtype_of(payload: Payload, name: str, wire_dtype: str) -> str:
+    """A StageResult's arrays travel at the wire precision; an observation and meta values exactly."""
+    return wire_dtype if isinstance(payload, StageResult) and not name.startswith("meta/") else "float32"
 
 
 def _meta_value(value: np.ndarray | str) -> int | float | str:

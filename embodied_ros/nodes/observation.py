@@ -17,7 +17,7 @@ from functools import partial
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.event_handler import QoSSubscriptionMatchedInfo, SubscriptionEventCallbacks
 from rclpy.qos import DurabilityPolicy, QoSPolicyKind
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 
 from embodied_ros.node_infra.stats import diagnostic_status
@@ -26,6 +26,7 @@ from embodied_ros.node_infra.topics import (
 )
 from embodied_ros.node_infra.transport import encode_output
 from embodied_ros.inputs import ImageConversion, InputBuffer, InputError, JointStateSelector, image_to_rgb8
+from embodied_ros.inputs.compressed import compressed_to_rgb8
 from embodied_ros.inputs.instruction import NewestPerPublisher, instruction_from_msg
 from embodied_ros.inputs.latest import InputSample
 from embodied_ros.inputs.stamps import seconds_to_ns, time_to_ns
@@ -69,8 +70,9 @@ class ObservationNode(GraphNode):
         self.pending_steps: list[int] = []
         self._timer = None
         qos = self.drive.sensor_qos(inputs.reliability)
+        image_type, self.to_rgb8 = _IMAGE_TRANSPORTS[inputs.image_transport]
         for camera in self.cameras:
-            self.mismatches.subscribe(_camera_input(camera), Image, camera_topic(camera),
+            self.mismatches.subscribe(_camera_input(camera), image_type, camera_topic(camera, inputs.image_transport),
                                       partial(self._on_image, camera), qos, via=self.subscribe_newest)
         self.mismatches.subscribe(JOINT_STATES, JointState, JOINT_STATES, self._on_joint_state, qos,
                                   via=self.subscribe_newest)
@@ -89,10 +91,10 @@ class ObservationNode(GraphNode):
 
     # inputs -------------------------------------------------------------------------------------
 
-    def _on_image(self, camera: str, msg: Image) -> None:
+    def _on_image(self, camera: str, msg: Image | CompressedImage) -> None:
         stamp_ns = time_to_ns(msg.header.stamp)
         try:
-            sample = InputSample(stamp_ns, value=image_to_rgb8(msg, _camera_input(camera), self.conversion))
+            sample = InputSample(stamp_ns, value=self.to_rgb8(msg, _camera_input(camera), self.conversion))
         except InputError as error:
             sample = InputSample(stamp_ns, error=error)
         self.buffer.put(_camera_input(camera), sample)
@@ -231,6 +233,10 @@ class ObservationNode(GraphNode):
             sample = self.buffer.latest(name)
             ages[f"age_ms/{name}"] = "never" if sample is None else f"{(now_ns - sample.stamp_ns) / 1e6:.1f}"
         return ages
+
+
+# inputs.image_transport -> the camera message type and its decoder to (H, W, 3) uint8 RGB
+_IMAGE_TRANSPORTS = {"raw": (Image, image_to_rgb8), "compressed": (CompressedImage, compressed_to_rgb8)}
 
 
 def _camera_input(camera: str) -> str:

@@ -48,7 +48,8 @@ class StageNode(GraphNode):
     def publish_result(self, step: int, sequence: int, result: Any, now_ns: int) -> None:
         """Publish `result` (None: the skip marker of a lock-step step)."""
         store = self.store if self.config.by_reference else None
-        self.output_publisher.publish(encode_output(self.stage, sequence, step, result, now_ns, store))
+        self.output_publisher.publish(encode_output(self.stage, sequence, step, result, now_ns, store,
+                                                    self.config.transport.wire_dtype))
 
     def make_output_publisher(self):
         return self.lifecycle_publisher(StageOutput, stage_topic(self.stage), self.drive.stage_qos())

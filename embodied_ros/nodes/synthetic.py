@@ -3,8 +3,9 @@ cameras, a task.
 
 The arm starts at rest, follows the controller's commands with a first-order lag
 (`synthetic.arm_time_constant_s`) and publishes joint states at `synthetic.joint_state_rate_hz`;
-each camera renders the arm as it is at `synthetic.camera_rate_hz`; the instruction is published
-once (latched). `record-synthetic` writes episodes of the same arm and cameras. `make_image` and
+each camera renders the arm as it is at `synthetic.camera_rate_hz` (JPEG CompressedImages on
+image_transport's `<topic>/compressed` when `inputs.image_transport` is compressed, as a camera
+whose images go to another machine sends them); the instruction is published once (latched). `record-synthetic` writes episodes of the same arm and cameras. `make_image` and
 `make_joint_state` are the seams tests override to inject faults.
 
 `embodied-ros up` runs it beside the graph, in a process of its own as a real arm's driver would be
@@ -30,7 +31,7 @@ import numpy as np
 import yaml
 from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
@@ -39,6 +40,7 @@ from embodied_ros.node_infra.config import GraphConfig, load_config, to_paramete
 from embodied_ros.node_infra.paths import default_config
 from embodied_ros.nodes.run import ignore_ending_signals, spin_until_stopped, stopped_by_signals
 from embodied_ros.node_infra.topics import COMMAND_TOPICS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, camera_topic
+from embodied_ros.inputs.compressed import rgb8_to_compressed
 from embodied_ros.inputs.image import array_to_image
 from embodied_ros.inputs.stamps import ns_to_time
 from embodied_ros.pipeline.stages import ModelSpec, read_spec
@@ -62,7 +64,10 @@ class SyntheticRobot(Node):
         self.joint_period_s = 1.0 / settings.joint_state_rate_hz
         self.paused_cameras: set[str] = set()
         self.commands_received = 0
-        self.camera_publishers = {name: self.create_publisher(Image, camera_topic(name), qos_profile_sensor_data)
+        self.image_transport = config.inputs.image_transport
+        image_type = Image if self.image_transport == "raw" else CompressedImage
+        self.camera_publishers = {name: self.create_publisher(image_type, camera_topic(name, self.image_transport),
+                                                              qos_profile_sensor_data)
                                   for name in self.cameras}
         self.joint_publisher = self.create_publisher(JointState, JOINT_STATES, qos_profile_sensor_data)
         self.instruction_publisher = self.create_publisher(String, INSTRUCTION, INSTRUCTION_QOS)
@@ -75,9 +80,12 @@ class SyntheticRobot(Node):
 
     # seams for tests ----------------------------------------------------------------------------
 
-    def make_image(self, camera: str, stamp_ns: int) -> Image:
+    def make_image(self, camera: str, stamp_ns: int) -> Image | CompressedImage:
         view = list(self.cameras).index(camera)
-        return array_to_image(robot.render_view(view, self.positions, self.cameras[camera]), "rgb8", stamp_ns, camera)
+        pixels = robot.render_view(view, self.positions, self.cameras[camera])
+        if self.image_transport == "raw":
+            return array_to_image(pixels, "rgb8", stamp_ns, camera)
+        return rgb8_to_compressed(pixels, "jpeg", stamp_ns=stamp_ns, frame_id=camera)
 
     def make_joint_state(self, stamp_ns: int) -> JointState:
         msg = JointState(name=list(self.joint_names), position=self.positions.tolist())

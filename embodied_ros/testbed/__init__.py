@@ -1,0 +1,1 @@
+"""Two hosts on one machine for the split graph: network namespaces, a shaped link, its faults."""
