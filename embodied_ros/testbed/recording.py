@@ -84,6 +84,19 @@ class Recording:
         with self._lock:
             return sum(chunk.arrival_ns >= after_ns for chunk in self.chunks)
 
+    def hold_after(self, fault_ns: int) -> tuple[float, bool] | None:
+        """(ms from the last chunk's end to the controller's hold after `fault_ns`, whether every command
+        since the hold stayed at the held position); None before the controller holds."""
+        hold_ns = self.first_state(RAN_OUT, fault_ns)
+        if hold_ns is None:
+            return None
+        with self._lock:
+            last_end = max((c.end_ns for c in self.chunks if c.arrival_ns <= hold_ns), default=None)
+            positions = [p for t, p in self.commands if t >= hold_ns]
+        if last_end is None:
+            raise ValueError("no chunk arrived before the hold")
+        return (hold_ns - last_end) / 1e6, all(p == positions[0] for p in positions)
+
     def fault_outcome(self, fault_ns: int, healed_ns: int) -> FaultOutcome:
         """What one fault measured; ValueError when the controller never held or never resumed."""
         hold_ns = self.first_state(RAN_OUT, fault_ns)
