@@ -2,15 +2,14 @@
 (composed) layout, in variants side by side: the defaults, and each of the measures that keep the
 stream on time undone in turn.
 
-    python benchmarks/bench_command_timing.py [--duration 30] [--configs pi05_tiny,pi05_small,lingbot_va,pi0_tiny,smolvla_tiny,groot_tiny]
+    python benchmarks/bench_command_timing.py [--duration 30] [--configs pi05,pi05_small,smolvla,...]
                                               [--variants default,stages_at_once,stage_nice_0,no_realtime,shared]
                                               [--repeats 15] [--cycles 3]
-                                              [--workdir /tmp/bench_command_timing] [--no-write]
+                                              [--workdir DIR] [--no-write]
 
-Configs: pi05_tiny (config/pi05.yaml, its bundle bundles/pi05_tiny.gguf), pi05_small (config/pi05.yaml
-with the test/data/pi05_small record converted to a bundle, with the tiny checkpoint's tokenizer),
-lingbot_va (config/lingbot_va.yaml, bundles/lingbot_va_small.gguf), pi0_tiny (config/pi0.yaml),
-smolvla_tiny (config/smolvla.yaml), groot_tiny (config/groot.yaml), each on its shipped bundle. Variants: default (the config as
+Configs: every model family's shipped config/<family>.yaml on its shipped bundle, and pi05_small
+(config/pi05.yaml with the test/data/pi05_small record converted to a bundle, with the tiny
+checkpoint's tokenizer). Variants: default (the config as
 shipped: the controller in a process of its own at SCHED_FIFO 50 where permitted, the stages'
 model calls in turn, their threads at compute.stage_nice 5), stages_at_once (compute.stage_turns
 false), stage_nice_0 (the stages at the graph's priority), no_realtime
@@ -48,15 +47,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+from embodied_ros.bundle.families import known_families  # noqa: E402
 
-CONFIGS = {
-    "pi05_tiny": ("config/pi05.yaml", None),
-    "pi05_small": ("config/pi05.yaml", "pi05_small"),
-    "lingbot_va": ("config/lingbot_va.yaml", None),
-    "pi0_tiny": ("config/pi0.yaml", None),
-    "smolvla_tiny": ("config/smolvla.yaml", None),
-    "groot_tiny": ("config/groot.yaml", None),
-}
+CONFIGS = {**{family: (f"config/{family}.yaml", None) for family in known_families()},
+           "pi05_small": ("config/pi05.yaml", "pi05_small")}
 VARIANTS = {"default": {}, "stages_at_once": {"compute.stage_turns": "false"},
             "stage_nice_0": {"compute.stage_nice": "0"}, "no_realtime": {"controller.realtime_priority": "0"},
             "shared": {"controller.own_process": "false"}}
@@ -72,7 +66,8 @@ def parse_args(argv=None):
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--repeats", type=int, default=15, help="chunks timed per stage outside the graph")
     parser.add_argument("--cycles", type=int, default=3, help="runs of each variant, the stages timed alone between")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_command_timing"))
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "bench_command_timing",
+                        help="where the runs' logs and reports go (default: bench_command_timing in the temp folder)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
     args.configs = common.chosen(parser, "--configs", args.configs, CONFIGS)

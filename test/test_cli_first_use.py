@@ -2,9 +2,12 @@
 goes runs on its family's config (or is explained), a file that is no YAML config says so, and a bundle
 converted without a tokenizer is flagged at conversion and refused by `up` before anything loads."""
 
+from pathlib import Path
+
 import pytest
 from bundle_toy import ARCH, write_toy_bundle
 
+from embodied_ros.bundle.families import known_families
 from embodied_ros.cli.graph_config import load_graph_config
 from embodied_ros.cli.main import main
 from embodied_ros.node_infra.config import load_config
@@ -23,8 +26,10 @@ def _one_line_exit(argv) -> str:
     return message
 
 
-@pytest.mark.parametrize("bundle, config", [(PI05, "pi05.yaml"), (LINGBOT, "lingbot_va.yaml")])
-def test_up_given_a_bundle_for_its_config_runs_it_on_its_familys_config(monkeypatch, capsys, bundle, config):
+@pytest.mark.parametrize("family", known_families())
+def test_up_given_a_bundle_for_its_config_runs_it_on_its_familys_config(monkeypatch, capsys, family):
+    config = f"{family}.yaml"
+    bundle = Path(load_config(family).bundle)
     ran = {}
 
     def run_up(graph_config, **options):

@@ -1,4 +1,4 @@
-"""The launch plan (what pi05.launch.py starts), and the launch file run against stand-ins of the
+"""The launch plan (what graph.launch.py starts), and the launch file run against stand-ins of the
 launch API's names, since `launch` itself is not installable here."""
 
 import importlib.util
@@ -103,8 +103,9 @@ def _stand_in_launch_api(monkeypatch):
     """Modules named like the launch API whose classes record how they were called."""
     names = {
         "launch": ["LaunchDescription"],
-        "launch.actions": ["DeclareLaunchArgument", "EmitEvent", "OpaqueFunction", "RegisterEventHandler"],
-        "launch.events": [],
+        "launch.actions": ["DeclareLaunchArgument", "EmitEvent", "IncludeLaunchDescription", "OpaqueFunction",
+                           "RegisterEventHandler"],
+        "launch.events": [], "launch.launch_description_sources": ["PythonLaunchDescriptionSource"],
         "launch.substitutions": ["LaunchConfiguration"],
         "launch_ros": [], "launch_ros.actions": ["LifecycleNode", "Node"],
         "launch_ros.event_handlers": ["OnStateTransition"], "launch_ros.events": [],
@@ -119,12 +120,23 @@ def _stand_in_launch_api(monkeypatch):
     sys.modules["launch.substitutions"].LaunchConfiguration.perform = lambda self, context: context[self.args[0]]
 
 
-def test_launch_file_builds_lifecycle_nodes_with_configure_and_activate(monkeypatch, config_file):
-    _stand_in_launch_api(monkeypatch)
-    spec = importlib.util.spec_from_file_location("pi05_launch", ROOT / "launch" / "pi05.launch.py")
+def _launch_file(name: str):
+    spec = importlib.util.spec_from_file_location(name.replace(".", "_"), ROOT / "launch" / name)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    description = module.generate_launch_description()
+    return module
+
+
+def test_pi05_launch_file_is_the_graph_launch_under_its_old_name(monkeypatch):
+    _stand_in_launch_api(monkeypatch)
+    [include] = _launch_file("pi05.launch.py").generate_launch_description().args[0]
+    assert include.args[0].args[0] == str(ROOT / "launch" / "graph.launch.py") and not include.kwargs
+    assert sorted(path.name for path in (ROOT / "launch").glob("*.py")) == ["graph.launch.py", "pi05.launch.py"]
+
+
+def test_launch_file_builds_lifecycle_nodes_with_configure_and_activate(monkeypatch, config_file):
+    _stand_in_launch_api(monkeypatch)
+    description = _launch_file("graph.launch.py").generate_launch_description()
     declared = [a.args[0] for a in description.args[0] if type(a).__name__ == "DeclareLaunchArgument"]
     assert declared == ["config", "bundle", "layout", "robot", "namespace", "remaps", "host", "respawn"]
     opaque = description.args[0][-1]

@@ -50,7 +50,7 @@ def episode(runtime):
 
 @pytest.fixture(scope="module")
 def config():
-    return load_config(None, {"schedule.world": 3, "stages.noise_seed": SEED, "stages.world_frames_every": 2})
+    return load_config(None, {"schedule.perception": 1, "stages.noise_seed": SEED, "stages.world_frames_every": 2})
 
 
 def _run(config, runtime, episode, log_dir=None, frames=None):

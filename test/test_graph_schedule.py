@@ -92,29 +92,12 @@ def test_config_file_resolves_the_bundle_next_to_it(tmp_path):
     assert GraphConfig().by_reference and not load_config(None, {"layout": "separate"}).by_reference
 
 
-def test_shipped_config_loads_and_documents_every_setting():
-    from pathlib import Path
-
+def test_every_setting_is_documented():
     from embodied_ros.node_infra.config import parameter_fields
-    from embodied_ros.node_infra.paths import default_config
 
-    path = default_config()
-    config = load_config(path)
-    assert config.schedule.perception == 2 and config.schedule.prefix == 1 and config.controller.rate_hz == 50.0
-    text = Path(path).read_text()
-    for name, spec in parameter_fields():
-        leaf = name.split(".")[-1]
-        assert f"{leaf}:" in text, f"{name} is missing from {path}"
-        assert spec.metadata.get("doc"), f"{name} has no documentation"
+    undocumented = [name for name, spec in parameter_fields() if not spec.metadata.get("doc")]
+    assert not undocumented, f"settings without documentation: {undocumented}"
 
-
-def test_docs_list_every_setting():
-    from embodied_ros.node_infra.config import parameter_fields
-    from embodied_ros.share import package_root
-
-    text = (package_root() / "docs" / "graph.md").read_text()
-    missing = [name for name, _ in parameter_fields() if f"`{name}`" not in text]
-    assert not missing, f"docs/graph.md does not document {missing}"
 
 
 def test_free_running_stage_runs_on_arrival_at_most_once_per_period():

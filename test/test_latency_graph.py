@@ -1,7 +1,7 @@
 """Latency gate, pytest twin of test/launch/test_latency_launch.py: the same probe and the same checks,
 with the graph started by `embodied-ros up` (the project's CLI) instead of `ros2 launch`, for every
-shipped config on its bundle (config/pi05.yaml also with a pi05_small bundle): pi05, lingbot_va, pi0,
-smolvla, groot (config/metaworld.yaml drives the simulator in a closed loop: `embodied-ros eval`).
+model family's shipped config on its bundle (config/pi05.yaml also with a pi05_small bundle;
+config/metaworld.yaml drives the simulator in a closed loop: `embodied-ros eval`).
 
 The budget is config/budgets/$EMBODIED_ROS_BUDGET.yaml (default ci); the measured p50/p99 are printed
 whether the check passes or not (pytest -s shows them; a failure message carries them too). Each
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from embodied_ros.bundle.families import known_families
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 from embodied_ros.pipeline.timing import stage_times_ms
@@ -50,10 +51,8 @@ def _stop(process: subprocess.Popen) -> int:
         raise AssertionError("embodied-ros up did not stop within 60 s of Ctrl-C") from None
 
 
-@pytest.mark.parametrize("config_name,bundle", [("pi05.yaml", None), ("pi05.yaml", "pi05_small"),
-                                                ("lingbot_va.yaml", None), ("pi0.yaml", None), ("smolvla.yaml", None),
-                                                ("groot.yaml", None)],
-                         ids=["pi05_tiny", "pi05_small", "lingbot_va", "pi0_tiny", "smolvla_tiny", "groot_tiny"])
+@pytest.mark.parametrize("config_name,bundle", [(f"{family}.yaml", None) for family in known_families()]
+                         + [("pi05.yaml", "pi05_small")], ids=[*known_families(), "pi05_small"])
 def test_composed_graph_within_latency_budget(config_name, bundle, ros_domain_id, tmp_path, request):
     config_path = share_path("config", config_name)
     overrides = {"bundle": str(request.getfixturevalue("pi05_small_bundle"))} if bundle else {}

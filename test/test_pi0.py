@@ -8,11 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from safetensors.numpy import load_file
 
 from embodied_ros.bundle import families, open_bundle
-from embodied_ros.node_infra.config import flatten, load_config
 from embodied_ros.heads import action_time_expert
 from embodied_ros.models.pi0 import RECORDS
 from embodied_ros.models.pi0.config import Pi0Config
@@ -23,7 +21,6 @@ from embodied_ros.models.pi0.runtime import load_runtime
 from embodied_ros.models.pi0.weights import from_lerobot
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
-from launch_stand_in import launch_actions
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "test" / "data"
@@ -121,13 +118,6 @@ def test_checkpoint_reads_mean_std_stats_names_and_tokenizer():
     assert (checkpoint.config.lm.num_heads, checkpoint.config.vision.num_heads) == (8, 4)  # from cases.json
 
 
-def test_each_record_is_recognized_by_exactly_its_family():
-    assert families.detect_family(TINY) == "pi0"
-    assert families.detect_family(CHECKPOINT / "checkpoint") == "pi0"
-    assert families.detect_family(DATA / "pi05_tiny") == "pi05"
-    assert families.detect_family(DATA / "pi05_tiny_checkpoint" / "checkpoint") == "pi05"
-
-
 def test_bundle_carries_and_reruns_its_reference_record(tmp_path):
     output = tmp_path / "pi0.gguf"
     convert(TINY, output, reference=TINY)
@@ -150,20 +140,6 @@ def test_shipped_bundle_runs_an_observation_and_refuses_one_without_state():
 def test_prompt_ends_with_one_newline():
     assert newline_prompt("stack the block") == "stack the block\n"
     assert newline_prompt("stack the block\n") == "stack the block\n"
-
-
-def test_config_and_launch_file():
-    config = load_config(ROOT / "config" / "pi0.yaml")
-    assert config.bundle == str((ROOT / "bundles" / "pi0_tiny.gguf").resolve())
-    ours = flatten(yaml.safe_load((ROOT / "config" / "pi0.yaml").read_text()))
-    theirs = flatten(yaml.safe_load((ROOT / "config" / "pi05.yaml").read_text()))
-    assert ours == theirs | {"bundle": "../bundles/pi0_tiny.gguf"}
-
-
-def test_launch_file_includes_the_graph_launch_with_the_pi0_config(monkeypatch):
-    [declare, include] = launch_actions(monkeypatch, "pi0")
-    assert declare.kwargs["default_value"] == str(ROOT / "config" / "pi0.yaml")
-    assert include.args[0].args[0] == str(ROOT / "launch" / "pi05.launch.py")
 
 
 def test_spec_comes_from_the_bundle_metadata_alone(monkeypatch):

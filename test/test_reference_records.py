@@ -8,14 +8,27 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
+from embodied_ros.bundle.families import known_families
+
 EXTRA = Path(__file__).parent / "data" / "extra"
-PI05_SETS = ["pi05_one_cam_odd", "pi05_three_cam_missing", "pi05_fp16_two_cam", "pi05_gqa"]
-PI0_SETS = ["pi0_three_cam_gqa"]  # pi0.5's files and arrays plus the state (pi0's own tests read them)
-WAN_SETS = ["wan_block_dim96", "wan_block_dim48"]
-RTC_SETS = ["pi05_rtc_aside", "pi0_rtc_aside", "smolvla_rtc_aside"]  # real-time chunking (docs/reference.md)
-SMOLVLA_SETS = ["smolvla_three_cam_gqa"]
-GROOT_SETS = ["groot_aside"]
-LINGBOT_SETS = ["lingbot_va_other", "lingbot_va_one_cam"]  # a whole policy each: VAE, UMT5, transformer
+SETS = sorted(p.name for p in EXTRA.iterdir() if p.is_dir() and p.name != "specs")
+KINDS = [*known_families(), "wan_block"]  # a set is named after its family (or the Wan block) first
+
+
+def kind(name: str) -> str | None:
+    """The longest kind the set's name starts with ("pi0_fast_x" is pi0_fast's, not pi0's)."""
+    named = [k for k in KINDS if name.startswith(k + "_")]
+    return max(named, key=len) if named else None
+
+
+def sets_of(kind_name: str, rtc: bool = False) -> list[str]:
+    return [name for name in SETS if kind(name) == kind_name and ("_rtc_" in name) == rtc]
+
+
+PI05_SETS, PI0_SETS, WAN_SETS = sets_of("pi05"), sets_of("pi0"), sets_of("wan_block")
+RTC_SETS = [name for name in SETS if "_rtc_" in name]  # real-time chunking (docs/reference.md)
+SMOLVLA_SETS, GROOT_SETS = sets_of("smolvla"), sets_of("groot")
+LINGBOT_SETS = sets_of("lingbot_va")  # a whole policy each: VAE, UMT5, transformer
 MAX_SET_BYTES = 2 * 2**20
 MAX_WHOLE_POLICY_SET_BYTES = 6 * 2**20
 MAX_RTC_SET_BYTES = 3 * 2**20  # 17 cases, each with its observation's images
@@ -44,11 +57,12 @@ def load_set(name, weights_file):
 
 
 def test_every_set_and_spec_is_present_and_small():
-    folders = sorted(p.name for p in EXTRA.iterdir() if p.is_dir() and p.name != "specs")
-    assert folders == sorted(PI05_SETS + PI0_SETS + WAN_SETS + RTC_SETS + SMOLVLA_SETS + GROOT_SETS + LINGBOT_SETS)
+    assert [name for name in SETS if kind(name) is None] == []
+    assert all(len(sets) >= 1 for sets in (PI05_SETS, PI0_SETS, WAN_SETS, RTC_SETS, SMOLVLA_SETS, GROOT_SETS,
+                                           LINGBOT_SETS))
     specs = sorted(p.stem for p in (EXTRA / "specs").glob("*.json"))
-    assert specs == folders
-    for name in folders:
+    assert specs == SETS
+    for name in SETS:
         size = sum(f.stat().st_size for f in (EXTRA / name).rglob("*") if f.is_file())
         limit = {**dict.fromkeys(LINGBOT_SETS, MAX_WHOLE_POLICY_SET_BYTES),
                  **dict.fromkeys(RTC_SETS, MAX_RTC_SET_BYTES)}.get(name, MAX_SET_BYTES)

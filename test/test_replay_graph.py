@@ -29,7 +29,7 @@ _domains = itertools.count(170)  # DDS domains of this file's graphs, apart from
 JOINTS = ("j0", "j1", "j2")
 EPISODE = SyntheticConfig(duration_s=1.0, cameras={"front": (24, 32), "wrist": (16, 16)}, joint_names=JOINTS,
                           command_joint_names=JOINTS)
-CONFIG = load_config(None, {"schedule.step_period_s": 0.1, "controller.rate_hz": 50.0})
+CONFIG = load_config(None, {"schedule.step_period_s": 0.1, "schedule.perception": 1, "controller.rate_hz": 50.0})
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,8 @@ import pytest
 from embodied_ros.bundle import BundleWriter, open_bundle
 from embodied_ros.bundle import memory
 from embodied_ros.bundle.memory import BundleMemoryError, available_memory, check_fits
+from embodied_ros.bundle.families import known_families
+from embodied_ros.node_infra.config import load_config
 from embodied_ros.kernels import KernelSet
 from embodied_ros.kernels import linear as linear_module
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight
@@ -84,13 +86,14 @@ def test_a_load_that_cannot_fit_is_refused_in_one_line(tmp_path):
     check_fits(512 << 20, "policy.gguf", proc, cgroup)  # fits: no error
 
 
-@pytest.mark.parametrize("name", ["pi05_tiny", "smolvla_tiny", "lingbot_va_small"])
-def test_a_load_checks_memory_before_building(monkeypatch, name):
+@pytest.mark.parametrize("family", known_families())
+def test_a_load_checks_memory_before_building(monkeypatch, family):
     from embodied_ros.pipeline.stages import load_runtime
 
+    bundle = Path(load_config(family).bundle)
     monkeypatch.setattr(memory, "available_memory", lambda *args: (64 << 20, "MemAvailable"))
-    with pytest.raises(BundleMemoryError, match=rf"{name}.gguf: .* with .* needs .* GiB of memory, 0.1 GiB"):
-        load_runtime(REPO / "bundles" / f"{name}.gguf")
+    with pytest.raises(BundleMemoryError, match=rf"{bundle.name}: .* with .* needs .* GiB of memory, 0.1 GiB"):
+        load_runtime(bundle)
 
 
 def _one_of_each(tmp_path: Path) -> dict:

@@ -11,10 +11,12 @@ from embodied_ros.bundle.reader import Bundle
 
 
 def known_families() -> list[str]:
-    """Names of the packages under embodied_ros.models, i.e. the architectures this runtime knows."""
+    """Names of the packages under embodied_ros.models that hold a runtime, i.e. the architectures this
+    runtime knows (not the kit they share)."""
     import embodied_ros.models as models
 
-    return sorted(info.name for info in pkgutil.iter_modules(models.__path__) if info.ispkg)
+    return sorted(info.name for info in pkgutil.iter_modules(models.__path__)
+                  if info.ispkg and (Path(info.module_finder.path) / info.name / "runtime.py").is_file())
 
 
 def family(architecture: str) -> ModuleType:

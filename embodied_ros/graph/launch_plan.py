@@ -1,6 +1,6 @@
 """What a launch file starts for a graph config: importable and tested without `launch`.
 
-launch/pi05.launch.py turns this plan into launch_ros actions; `embodied-ros up` starts the same
+launch/graph.launch.py turns this plan into launch_ros actions; `embodied-ros up` starts the same
 nodes itself. Composed: one container process hosting every node. Separate: one lifecycle node
 process per stage (the world node idles for models without a world model). With
 `robot="synthetic"`, one more process: the simulated arm and cameras of `embodied-ros up`
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_ros.node_infra.config import HOSTS, load_config
+from embodied_ros.node_infra.paths import config_file
 from embodied_ros.node_infra.node_table import node_spec
 from embodied_ros.nodes.params import node_parameters
 
@@ -53,8 +54,9 @@ def launch_plan(config_path: str | Path, bundle: str = "", layout: str = "", rob
         overrides["layout"] = layout
     if host != "all":
         overrides["layout"] = "separate"  # a host runs its share of the graph one node per process
+    config_path = config_file(config_path)
     config = load_config(config_path, overrides)
-    config_arguments = ("--config", str(Path(config_path).resolve()))
+    config_arguments = ("--config", str(config_path.resolve()))
     if bundle:
         config_arguments += ("--bundle", overrides["bundle"])
     if config.layout == "composed":

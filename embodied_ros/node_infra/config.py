@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from embodied_ros.node_infra.paths import config_file
+
 from embodied_ros.node_infra.node_table import NODE_NAMES, node_spec, scheduled_nodes
 
 RELIABILITIES = ("best_effort", "reliable")
@@ -56,7 +58,7 @@ ScheduleConfig = dataclasses.make_dataclass("ScheduleConfig", [
     ("mode", "str", _doc("realtime: stages run at their periods as inputs arrive; lockstep: driven step by step by "
                          "a step clock (/clock)", "realtime")),
     ("step_period_s", "float", _doc("control period: the length of one schedule step, seconds", 0.1)),
-    *[(node.schedule_key, "int", _doc(node.schedule_doc, 1)) for node in scheduled_nodes()],
+    *[(node.schedule_key, "int", _doc(node.schedule_doc, node.schedule_default)) for node in scheduled_nodes()],
     ("lockstep_start_s", "float", _doc("lock-step: /clock time of step 0, seconds (step k is at start + k * period)",
                                        1.0)),
     ("lockstep_action_delay", "int", _doc("lock-step: steps from the observation an action chunk was solved on to "
@@ -303,10 +305,11 @@ class GraphConfig:
 
 
 def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> GraphConfig:
-    """Config from a YAML file (None: all defaults), then dotted overrides like {"schedule.prefix": 2}."""
+    """Config from a YAML file or a shipped config's name (None: all defaults), then dotted overrides
+    like {"schedule.prefix": 2}."""
     values: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
+        path = config_file(path)
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
         except (UnicodeDecodeError, yaml.YAMLError) as error:  # a binary file, or broken YAML

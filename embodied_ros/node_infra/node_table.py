@@ -20,6 +20,7 @@ class GraphNodeSpec:
     upstream: tuple[str, ...] = ()  # nodes whose outputs it reads
     schedule_key: str | None = None  # `schedule.<key>`: it runs every N steps; None: every step
     schedule_doc: str = ""  # what `schedule.<key>` means (ROS parameter description, docs/graph.md)
+    schedule_default: int = 1  # steps between two runs unless a config says otherwise
     control: bool = False  # composed: on the shared control thread (light, on time), not a thread of its own
     world_model_only: bool = False  # left out of graphs whose model has no world model
 
@@ -36,12 +37,13 @@ class GraphNodeSpec:
 NODES = (
     GraphNodeSpec("observation", "ObservationNode", control=True),
     GraphNodeSpec("perception", "PerceptionNode", upstream=("observation",), schedule_key="perception",
-                  schedule_doc="the perception encoder runs every N steps"),
+                  schedule_doc="the perception encoder runs every N steps (image embeddings reused in between)",
+                  schedule_default=2),
     GraphNodeSpec("prefix", "PrefixNode", upstream=("perception", "observation"), schedule_key="prefix",
                   schedule_doc="the prefix builder runs every N steps"),
     GraphNodeSpec("world", "WorldNode", upstream=("prefix",), schedule_key="world",
                   schedule_doc="the world predictor runs every N steps (models with a world model only)",
-                  world_model_only=True),
+                  schedule_default=3, world_model_only=True),
     GraphNodeSpec("action", "ActionNode", upstream=("prefix", "world"), schedule_key="action",
                   schedule_doc="the action head runs every N steps"),
     GraphNodeSpec("controller", "ControllerNode", upstream=("action",), control=True),

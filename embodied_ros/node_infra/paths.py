@@ -13,6 +13,19 @@ def default_config() -> Path:
     return share_path("config", "pi05.yaml")
 
 
+def config_file(config: str | Path) -> Path:
+    """A graph config's file: a path, or the name of a shipped config ("smolvla" for config/smolvla.yaml)."""
+    path = Path(config)
+    if path.exists() or len(path.parts) != 1 or path.suffix:
+        return path
+    try:
+        return share_path("config", f"{path.name}.yaml")
+    except FileNotFoundError:
+        shipped = sorted(p.stem for p in share_path("config").glob("*.yaml") if p.stem != "defaults")
+        raise ValueError(f"{config}: no such config file, nor a shipped config name "
+                         f"(shipped: {', '.join(shipped)})") from None
+
+
 def fastdds_profile() -> Path:
     return share_path("config", "fastdds_shm_loopback.xml")
 

@@ -2,26 +2,28 @@
 # The launch-level checks under a real ROS 2 (ros2 launch, launch_test) against a colcon install of
 # this package, in one command:
 #
-#   test/launch/real_ros_checks.sh [RUNS]        RUNS (default 20) Ctrl-C's per launch file and layout
+#   test/launch/real_ros_checks.sh [RUNS]        RUNS (default 20) Ctrl-C's per launch and layout
 #
 #   ENV_SH    what to source for ROS 2 + the install (default /tmp/ros2_project_ws/env.sh, as written by a
 #             real-toolset build; on a robot: a file sourcing /opt/ros/<distro>/setup.bash and install/setup.bash)
 #   WS        the colcon workspace holding src/embodied_ros (default: the folder of ENV_SH)
 #   LOGS      where the logs go (default /tmp/embodied_ros_real_checks)
 #   ONLY      a subset of the checks: "launch_test", "launch" (default: both)
-#   LAUNCH_FILES, LAYOUTS   subsets of "pi05 pi0 smolvla groot lingbot_va" and "composed separate" (default: all)
+#   LAUNCHES  what to launch, LAUNCH_FILE:CONFIG items (default: pi05.launch.py, the default graph, then
+#             graph.launch.py config:=NAME for every model family NAME with a shipped config/NAME.yaml)
+#   LAYOUTS   a subset of "composed separate" (default: both)
 #   LAUNCH_ARGS more NAME:=VALUE arguments for every `ros2 launch` (e.g. sigterm_timeout:=20)
 #
 # 1. launch_test of test/launch/test_latency_launch.py on the install as it is (run first, so it sees
 #    the kernel cache the install built, not one a launch below filled), in each layout, started from
 #    the package's source folder (as a developer runs it) and from another folder: passes, and its
 #    time from start.
-# 2. For every launch file of LAUNCH_FILES, layout:=composed and layout:=separate, RUNS times:
+# 2. For every launch of LAUNCHES, layout:=composed and layout:=separate, RUNS times:
 #    `ros2 launch ... robot:=synthetic`; graph_probe.py waits until every node is active and the
 #    commands stream at the controller's rate, and sees the simulated arm's joint states change; then
 #    SIGINT to `ros2 launch` (what Ctrl-C sends it); `ros2 launch` must exit 0 within 60 s, leave no
 #    process behind, with no RCLError, "Failed to complete transition", "Unable to start transition",
-#    traceback, SIGTERM escalation or "process has died" in its log. Each launch file and layout has
+#    traceback, SIGTERM escalation or "process has died" in its log. Each launch and layout has
 #    its own ROS_DOMAIN_ID (from ROS_DOMAIN_ID, default 80, up).
 # Prints one line per run and a summary; exit status 0 when every check passed.
 set -uo pipefail
@@ -32,7 +34,14 @@ ENV_SH=${ENV_SH:-/tmp/ros2_project_ws/env.sh}
 WS=${WS:-$(dirname "$ENV_SH")}
 LOGS=${LOGS:-/tmp/embodied_ros_real_checks}
 ONLY=${ONLY:-launch_test launch}
-LAUNCH_FILES=${LAUNCH_FILES:-pi05 pi0 smolvla groot lingbot_va}
+SOURCE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+if [ -z "${LAUNCHES:-}" ]; then
+  LAUNCHES="pi05.launch.py:pi05"
+  for family in "$SOURCE"/embodied_ros/models/*/runtime.py; do
+    family=$(basename "$(dirname "$family")")
+    [ -f "$SOURCE/config/$family.yaml" ] && LAUNCHES="$LAUNCHES graph.launch.py:$family"
+  done
+fi
 LAYOUTS=${LAYOUTS:-composed separate}
 LAUNCH_ARGS=${LAUNCH_ARGS:-}
 DOMAIN_BASE=${ROS_DOMAIN_ID:-80}  # one domain per launch file and layout: a straggler of one cannot answer for another
@@ -73,18 +82,19 @@ fi
 
 if [[ " $ONLY " == *" launch "* ]]; then
   domain=$DOMAIN_BASE
-  for launch_file in $LAUNCH_FILES; do
-    config=$launch_file.yaml  # each launch file defaults to its family's config/<name>.yaml
+  for launch in $LAUNCHES; do
+    launch_file=${launch%%:*}; config=${launch#*:}
+    config_argument=config:=$config; [ "$launch_file" = pi05.launch.py ] && config_argument=""  # its default
     for layout in $LAYOUTS; do
       domain=$((domain + 1)); export ROS_DOMAIN_ID=$domain
       passed=0; problems=()
       for run in $(seq 1 "$RUNS"); do
-        log="$LOGS/$launch_file-$layout-$run.log"
+        log="$LOGS/$launch_file-$config-$layout-$run.log"
         # SIGINT back to its default first: a shell started in the background hands its children SIGINT ignored
         python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
-          ros2 launch embodied_ros "$launch_file.launch.py" layout:=$layout robot:=synthetic $LAUNCH_ARGS > "$log" 2>&1 &
+          ros2 launch embodied_ros "$launch_file" $config_argument layout:=$layout robot:=synthetic $LAUNCH_ARGS > "$log" 2>&1 &
         launch_pid=$!
-        probed=$(timeout 180 python3 "$PROBE" --config $config --layout $layout 2>>"$log.probe")
+        probed=$(timeout 180 python3 "$PROBE" --config $config.yaml --layout $layout 2>>"$log.probe")
         probe_rc=$?
         kill -INT $launch_pid 2>/dev/null
         waited=0
@@ -104,12 +114,12 @@ if [[ " $ONLY " == *" launch "* ]]; then
         [ "$exit_code" = 0 ] || problem="$problem${problem:+; }ros2 launch exit $exit_code"
         [ -z "$bad" ] || problem="$problem${problem:+; }log: $(grep -oE "$BAD_LINES" "$log" | sort | uniq -c | sed 's/^ *//' | paste -sd ',')"
         if [ -z "$problem" ]; then
-          passed=$((passed + 1)); echo "$launch_file $layout run $run: pass $probed"
+          passed=$((passed + 1)); echo "$launch_file $config_argument $layout run $run: pass $probed"
         else
-          problems+=("run $run: $problem"); echo "$launch_file $layout run $run: FAIL $problem (log $log) $probed"
+          problems+=("run $run: $problem"); echo "$launch_file $config_argument $layout run $run: FAIL $problem (log $log) $probed"
         fi
       done
-      line="$launch_file.launch.py layout:=$layout robot:=synthetic: $passed of $RUNS passed"
+      line="$launch_file $config_argument layout:=$layout robot:=synthetic: $passed of $RUNS passed"
       [ $passed = "$RUNS" ] || FAILED=1
       SUMMARY+=("$line"); for p in "${problems[@]}"; do SUMMARY+=("    $p"); done
     done

@@ -1,4 +1,4 @@
-"""Latency gate on a ROS 2 install: the graph started by launch/pi05.launch.py, measured from outside.
+"""Latency gate on a ROS 2 install: the graph started by launch/graph.launch.py, measured from outside.
 
     launch_test test/launch/test_latency_launch.py                     # budget config/budgets/ci.yaml
     EMBODIED_ROS_BUDGET=workstation-cpu EMBODIED_ROS_LAYOUT=separate launch_test test/launch/test_latency_launch.py
@@ -39,7 +39,7 @@ STAGE_ALONE_MS = stage_times_ms(acquire_runtime(load_config(CONFIG)), repeats=3)
 @pytest.mark.launch_test
 def generate_test_description():
     graph = IncludeLaunchDescription(
-        PythonLaunchDescriptionSource(str(package_root() / "launch" / "pi05.launch.py")),
+        PythonLaunchDescriptionSource(str(package_root() / "launch" / "graph.launch.py")),
         launch_arguments={"config": CONFIG, "layout": LAYOUT}.items(),
     )
     return launch.LaunchDescription([graph, launch_testing.actions.ReadyToTest()]), {}
