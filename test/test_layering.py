@@ -30,3 +30,12 @@ def test_core_layers_import_no_ros_and_no_graph():
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]", f"core layers load {result.stdout.strip()}"
+
+
+def test_model_math_layers_read_no_bundle_files():
+    """Sequence builders, backbones, heads and kernels take arrays: reading a bundle is the families' job."""
+    package = REPO / "embodied_ros"
+    importing = [str(path.relative_to(REPO)) for layer in ("sequence", "backbone", "heads", "kernels")
+                 for path in (package / layer).rglob("*.py")
+                 if "from embodied_ros.bundle" in path.read_text() or "import embodied_ros.bundle" in path.read_text()]
+    assert importing == [], f"these modules import the bundle package: {importing}"

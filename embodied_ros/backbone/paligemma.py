@@ -22,8 +22,7 @@ import numpy as np
 
 from embodied_ros.backbone import gemma, siglip
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
-from embodied_ros.bundle.memory import release_pages
-from embodied_ros.kernels import KernelSet, reuse_freed_memory
+from embodied_ros.kernels import KernelSet, release_pages, reuse_freed_memory
 from embodied_ros.kernels.linear import pack_for_products
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.kernels.rope import rope_tables

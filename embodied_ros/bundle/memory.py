@@ -1,4 +1,4 @@
-"""How much memory a load may take, checked before it starts, and mapped pages handed back.
+"""How much memory a load may take, checked before it starts.
 
 A load that does not fit is refused up front (`check_fits`, one line: needed vs available) rather
 than left to the kernel's OOM killer, which ends the process without a word. Available memory is
@@ -11,16 +11,11 @@ usage; counting it as taken refused loads that fit.
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 from pathlib import Path
-
-import numpy as np
 
 from embodied_ros.bundle.errors import BundleError
 
 GIB = 1 << 30
-_MADV_DONTNEED = 4
 
 
 class BundleMemoryError(BundleError):
@@ -48,23 +43,6 @@ def check_fits(needed: int, what: str, proc: Path = Path("/proc"), cgroup: Path 
         raise BundleMemoryError(f"{what} needs {needed / GIB:.1f} GiB of memory, {available / GIB:.1f} GiB are "
                                 f"available ({source}); refusing to load (use a smaller weight type, e.g. "
                                 "--quant q8_0 or q4_k, or free memory)")
-
-
-def release_pages(array: np.ndarray) -> None:
-    """Drop this process's resident pages of a memory-mapped, read-only array (its copy lives elsewhere
-    now): the file's pages stay in the page cache and are read back if the array is touched again.
-    Arrays that are not views of a file mapping are left alone."""
-    base = array
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    if not isinstance(base, mmap.mmap) or array.flags.writeable or not array.size:
-        return
-    start = array.__array_interface__["data"][0]
-    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside the array only
-    last = (start + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
-    if last > first:
-        ctypes.CDLL(None, use_errno=True).madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first),
-                                                  _MADV_DONTNEED)
 
 
 def _meminfo(path: Path) -> dict[str, int]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embodied_ros.bundle.memory import release_pages
+from embodied_ros.kernels import release_pages
 
 _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
            "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}

@@ -1,4 +1,5 @@
-"""Keep freed array memory in the process for the next control step (glibc malloc settings).
+"""Keep freed array memory in the process for the next control step (glibc malloc settings), and hand
+back the resident pages of mapped weights once they are copied (`release_pages`).
 
 numpy takes every array from malloc. By default glibc maps each block above 128 KiB (a threshold
 it raises as blocks are freed) straight from the kernel and unmaps it when freed, and returns the
@@ -13,12 +14,16 @@ chunk 6% slower. With blocks up to 32 MiB kept in the heap and the heap trimmed 
 from __future__ import annotations
 
 import ctypes
+import mmap
+
+import numpy as np
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameters (malloc.h)
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20  # glibc's largest allowed value on 64-bit systems
 TRIM_THRESHOLD = 256 << 20
 _applied = False
+_MADV_DONTNEED = 4  # madvise advice (sys/mman.h)
 
 
 def reuse_freed_memory() -> bool:
@@ -33,3 +38,20 @@ def reuse_freed_memory() -> bool:
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     _applied = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _applied
+
+
+def release_pages(array: np.ndarray) -> None:
+    """Drop this process's resident pages of a memory-mapped, read-only array (its copy lives elsewhere
+    now): the file's pages stay in the page cache and are read back if the array is touched again.
+    Arrays that are not views of a file mapping are left alone."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if not isinstance(base, mmap.mmap) or array.flags.writeable or not array.size:
+        return
+    start = array.__array_interface__["data"][0]
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside the array only
+    last = (start + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        ctypes.CDLL(None, use_errno=True).madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first),
+                                                  _MADV_DONTNEED)
