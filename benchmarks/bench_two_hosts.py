@@ -2,7 +2,7 @@
 what crosses the link at each cut, the wire precision's action error, the stream on shaped links
 next to the same graph on one host, and the faults (link cuts, the inference host killed, loss bursts).
 
-    sudo python benchmarks/bench_two_hosts.py [--parts cuts,precision,links,faults] [--configs pi05_small,smolvla_tiny]
+    sudo python benchmarks/bench_two_hosts.py [--parts cuts,precision,links,faults] [--configs pi05_small,pi05_small_jpeg,smolvla_tiny]
         [--duration 15] [--repeats 10] [--workdir /tmp/bench_two_hosts] [--no-write]
 
 Parts:
@@ -10,7 +10,8 @@ Parts:
              (observations and chunks cross), after perception (image tokens) or after the prefix
              (the prefix K/V), at each wire precision, and the Mbit/s at the graph's step rate
   precision  the action error each wire precision costs: perception and prefix outputs narrowed and
-             widened as the wire does, the same noise, against float32 (max |difference|)
+             widened as the wire does, and the observation's images through each image codec, the
+             same noise, against float32 and raw images (max |difference|)
   links      the default split (observation node and controller on the robot's side) on shaped
              links (unshaped, 1 Gbit/s, 100 and 20 Mbit/s, 100 Mbit/s with 1% and 5% random loss)
              and the same graph in one namespace: chunk rate, the age of the observation behind each
@@ -37,7 +38,7 @@ import common  # noqa: E402
 from bench_command_timing import small_bundle  # noqa: E402
 
 from embodied_ros.inputs.compressed import compressed_to_rgb8, rgb8_to_compressed  # noqa: E402
-from embodied_ros.node_infra.config import WIRE_DTYPES, load_config  # noqa: E402
+from embodied_ros.node_infra.config import IMAGE_CODECS, WIRE_DTYPES, TransportConfig, load_config  # noqa: E402
 from embodied_ros.node_infra.transport import ResultStore, decode_output, encode_output  # noqa: E402
 from embodied_ros.pipeline.noise import stage_noise  # noqa: E402
 from embodied_ros.pipeline.stages import load_runtime, read_spec  # noqa: E402
@@ -47,7 +48,8 @@ from embodied_ros.testbed.network import LinkShape, TwoHosts  # noqa: E402
 from embodied_ros.testbed.split_graph import SplitGraph  # noqa: E402
 from rclpy.serialization import serialize_message  # noqa: E402
 
-CONFIGS = {"pi05_small": "config/pi05.yaml", "smolvla_tiny": "config/smolvla.yaml", "pi05_tiny": "config/pi05.yaml"}
+CONFIGS = {"pi05_small": ("pi05", {}), "pi05_small_jpeg": ("pi05", {"transport.image_codec": "jpeg"}),
+           "smolvla_tiny": ("smolvla", {}), "pi05_tiny": ("pi05", {})}  # name -> (config, settings)
 SHAPES = {"one host": None, "unshaped pair": LinkShape(), "1 Gbit/s": LinkShape(1000), "100 Mbit/s": LinkShape(100),
           "20 Mbit/s": LinkShape(20), "100 Mbit/s, 1% loss": LinkShape(100, 1),
           "100 Mbit/s, 5% loss": LinkShape(100, 5)}
@@ -81,10 +83,11 @@ def parse_args(argv=None):
 
 
 def graph_config(name: str, workdir: Path, overrides: dict | None = None):
-    values = {"diagnostics.period_s": 0.5, **(overrides or {})}
-    if name == "pi05_small":
+    config, settings = CONFIGS[name]
+    values = {"diagnostics.period_s": 0.5, **settings, **(overrides or {})}
+    if name.startswith("pi05_small"):
         values["bundle"] = str(small_bundle(workdir))
-    return load_config(common.REPO_ROOT / CONFIGS[name], values)
+    return load_config(config, values)
 
 
 def scene_observation(spec, stamp_ns: int = 1) -> Observation:
@@ -94,8 +97,9 @@ def scene_observation(spec, stamp_ns: int = 1) -> Observation:
                        "pick up the red cube")
 
 
-def wire_bytes(stage: str, payload, wire_dtype: str) -> int:
-    return len(serialize_message(encode_output(stage, 1, 0, payload, 0, None, wire_dtype)))
+def wire_bytes(stage: str, payload, wire_dtype: str, image_codec: str = "raw") -> int:
+    wire = TransportConfig(wire_dtype=wire_dtype, image_codec=image_codec)
+    return len(serialize_message(encode_output(stage, 1, 0, payload, 0, None, wire)))
 
 
 def part_cuts(name: str, workdir: Path) -> str:
@@ -118,6 +122,11 @@ def part_cuts(name: str, workdir: Path) -> str:
                 continue  # observations travel exact whatever the wire precision
             rows.append({"config": name, "cut": cut, "wire": dtype, "KB per step": f"{size / 1e3:.1f}",
                          "Mbit/s at the step rate": f"{(size + chunk_bytes) * 8 * steps_per_s / 1e6:.2f}"})
+    for codec in IMAGE_CODECS[1:]:
+        size = wire_bytes("observation", observation, "float32", codec)
+        rows.append({"config": name, "cut": "observation (default)", "wire": f"{codec} images",
+                     "KB per step": f"{size / 1e3:.1f}",
+                     "Mbit/s at the step rate": f"{(size + chunk_bytes) * 8 * steps_per_s / 1e6:.2f}"})
     return common.markdown_table(rows)
 
 
@@ -126,7 +135,7 @@ def part_precision(name: str, workdir: Path) -> str:
     runtime = load_runtime(config.bundle)
     spec, store = runtime.spec, ResultStore()
     rows = []
-    errors = {dtype: [] for dtype in WIRE_DTYPES[1:]}
+    errors = {wire: [] for wire in [*WIRE_DTYPES[1:], *(f"{codec} images" for codec in IMAGE_CODECS[1:])]}
     scale = []
     for case in range(5):
         observation = scene_observation(spec, stamp_ns=case + 1)
@@ -134,11 +143,17 @@ def part_precision(name: str, workdir: Path) -> str:
         embeddings = runtime.encode(observation)
         exact = runtime.act(runtime.build_prefix(embeddings, observation), None, noise).actions
         scale.append(np.abs(exact).max())
-        for dtype in errors:
-            wired = decode_output(encode_output("perception", 1, 0, embeddings, 0, None, dtype), store)
-            prefix = decode_output(encode_output("prefix", 1, 0, runtime.build_prefix(wired, observation), 0, None,
-                                                 dtype), store)
-            errors[dtype].append(float(np.abs(runtime.act(prefix, None, noise).actions - exact).max()))
+        for wire in errors:
+            if wire.endswith(" images"):  # the observation's images through the codec, the rest exact
+                sent = TransportConfig(image_codec=wire.split()[0])
+                received = decode_output(encode_output("observation", 1, 0, observation, 0, None, sent), store)
+                prefix = runtime.build_prefix(runtime.encode(received), received)
+            else:
+                sent = TransportConfig(wire_dtype=wire)
+                wired = decode_output(encode_output("perception", 1, 0, embeddings, 0, None, sent), store)
+                prefix = decode_output(encode_output("prefix", 1, 0, runtime.build_prefix(wired, observation), 0,
+                                                     None, sent), store)
+            errors[wire].append(float(np.abs(runtime.act(prefix, None, noise).actions - exact).max()))
     for dtype, values in errors.items():
         rows.append({"config": name, "wire": dtype, "action error max": f"{max(values):.2e}",
                      "median": f"{np.median(values):.2e}", "largest |action|": f"{max(scale):.2f}"})

@@ -7,7 +7,8 @@ from rclpy.serialization import deserialize_message, serialize_message
 from embodied_ros.node_infra.transport import (
     ResultStore, chunk_to_msg, decode_output, encode_output, msg_to_chunk, tensor_to_array, array_to_tensor,
 )
-from embodied_ros.msg import ActionChunk, StageOutput
+from embodied_ros.msg import ActionChunk, StageOutput, Tensor
+from embodied_ros.node_infra.config import TransportConfig
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 
 
@@ -95,7 +96,7 @@ def test_stage_arrays_travel_at_the_wire_precision_and_come_back_float32(wire_dt
     result = StageResult(stage="prefix", stamp_ns=1, tensors={"keys": keys, "valid": np.ones(7, bool),
                                                               "positions": np.arange(7, dtype=np.int64)},
                          meta={"n_valid": 7, "scale": np.float32(0.1)})
-    msg = _wire(encode_output("prefix", 1, 0, result, 0, None, wire_dtype=wire_dtype), StageOutput)
+    msg = _wire(encode_output("prefix", 1, 0, result, 0, None, TransportConfig(wire_dtype=wire_dtype)), StageOutput)
     sent = {t.name: t for t in msg.tensors}
     assert sent["keys"].dtype == wire_dtype and len(sent["keys"].data) == keys.size * 2  # half the bytes
     assert sent["positions"].dtype == "int64" and sent["meta/scale"].dtype == "float32"  # exact
@@ -110,9 +111,50 @@ def test_stage_arrays_travel_at_the_wire_precision_and_come_back_float32(wire_dt
 def test_observations_travel_exact_whatever_the_wire_precision():
     obs = Observation(stamp_ns=5, images={"front": np.full((2, 3, 3), 7, np.uint8)},
                       state=np.array([0.1, -1.3], np.float32), instruction="stack the cups")
-    msg = encode_output("observation", 1, 0, obs, 9, None, wire_dtype="bfloat16")
+    msg = encode_output("observation", 1, 0, obs, 9, None, TransportConfig(wire_dtype="bfloat16"))
     assert {t.name: t.dtype for t in msg.tensors} == {"image/front": "uint8", "state": "float32",
                                                       "instruction": "utf8"}
+
+
+def _camera_frame(height=96, width=128) -> np.ndarray:
+    """A smooth picture with an edge, as cameras see (noise would not compress)."""
+    y, x = np.mgrid[0:height, 0:width]
+    frame = np.stack([x * 255 // width, y * 255 // height, ((x // 16 + y // 16) % 2) * 200], axis=-1)
+    return frame.astype(np.uint8)
+
+
+@pytest.mark.parametrize("codec", ["png", "jpeg"])
+def test_observation_images_travel_compressed_in_the_wire_codec(codec):
+    frame = _camera_frame()
+    obs = Observation(stamp_ns=5, images={"front": frame, "wrist": frame[:48, :64].copy()},
+                      state=np.array([0.1, -1.3], np.float32), instruction="stack the cups")
+    msg = _wire(encode_output("observation", 1, 0, obs, 9, None, TransportConfig(image_codec=codec)), StageOutput)
+    sent = {t.name: t for t in msg.tensors}
+    assert sent["image/front"].dtype == codec and list(sent["image/front"].shape) == [96, 128, 3]
+    assert len(sent["image/front"].data) < frame.nbytes / 3 and sent["state"].dtype == "float32"
+    back = decode_output(msg, ResultStore())
+    for name, image in obs.images.items():
+        assert back.images[name].shape == image.shape and back.images[name].dtype == np.uint8
+        error = np.abs(back.images[name].astype(int) - image).mean()
+        assert error == 0 if codec == "png" else 0 < error < 8, (name, error)  # JPEG: lossy, close
+    np.testing.assert_array_equal(back.state, obs.state)
+
+
+def test_a_broken_or_misdescribed_compressed_image_tensor_is_a_value_error():
+    from embodied_ros.node_infra.transport import image_to_tensor
+
+    good = image_to_tensor("image/front", _camera_frame(), "jpeg")
+    truncated = Tensor(name="image/front", dtype="jpeg", shape=[96, 128, 3])
+    truncated.data = good.data[: len(good.data) // 2]
+    mislabelled = Tensor(name="image/front", dtype="png", shape=[96, 128, 3])
+    mislabelled.data = good.data
+    wrong_shape = Tensor(name="image/front", dtype="jpeg", shape=[64, 128, 3])
+    wrong_shape.data = good.data
+    for tensor, says in ((truncated, "cannot decode"), (mislabelled, "the data is JPEG"), (wrong_shape, "shape")):
+        with pytest.raises(ValueError, match=says):
+            tensor_to_array(tensor)
+    with pytest.raises(ValueError, match="image_codec"):
+        TransportConfig(image_codec="webp")
 
 
 def test_bfloat16_rounds_to_nearest_even_and_keeps_specials():

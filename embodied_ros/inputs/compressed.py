@@ -77,17 +77,28 @@ def _rgb8(image: PILImage.Image, conversion: ImageConversion) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(image.convert("RGB")))  # palette, alpha, CMYK: colours as shown
 
 
-def rgb8_to_compressed(pixels: np.ndarray, codec: str = "jpeg", quality: int = 90, stamp_ns: int = 0,
-                       frame_id: str = "") -> CompressedImage:
-    """A CompressedImage of (H, W, 3) uint8 RGB pixels, as image_transport's compressed publisher
-    sends an rgb8 image (format "rgb8; jpeg compressed bgr8" or "rgb8; png compressed bgr8")."""
+def encoded_rgb8(pixels: np.ndarray, codec: str = "jpeg", quality: int = 90) -> bytes:
+    """(H, W, 3) uint8 RGB pixels as JPEG (at `quality`) or PNG (fast compression) bytes."""
     if codec not in ("jpeg", "png"):
         raise ValueError(f"codec must be jpeg or png, got {codec!r}")
     buffer = io.BytesIO()
     options = {"quality": quality} if codec == "jpeg" else {"compress_level": 1}
     PILImage.fromarray(np.ascontiguousarray(pixels, dtype=np.uint8)).save(buffer, CODECS[codec], **options)
+    return buffer.getvalue()
+
+
+def decoded_rgb8(data: bytes, codec: str, name: str = "image") -> np.ndarray:
+    """(H, W, 3) uint8 RGB from JPEG or PNG bytes of `codec`; ImageFormatError for anything else."""
+    return _rgb8(_opened(data, CODECS[codec], name), ImageConversion())
+
+
+def rgb8_to_compressed(pixels: np.ndarray, codec: str = "jpeg", quality: int = 90, stamp_ns: int = 0,
+                       frame_id: str = "") -> CompressedImage:
+    """A CompressedImage of (H, W, 3) uint8 RGB pixels, as image_transport's compressed publisher
+    sends an rgb8 image (format "rgb8; jpeg compressed bgr8" or "rgb8; png compressed bgr8")."""
+    data = encoded_rgb8(pixels, codec, quality)
     msg = CompressedImage(format=f"rgb8; {codec} compressed bgr8")
     msg.header.stamp = ns_to_time(stamp_ns)
     msg.header.frame_id = frame_id
-    msg.data = buffer.getvalue()
+    msg.data = data
     return msg

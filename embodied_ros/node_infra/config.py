@@ -21,6 +21,7 @@ from embodied_ros.node_infra.node_table import NODE_NAMES, node_spec, scheduled_
 RELIABILITIES = ("best_effort", "reliable")
 IMAGE_TRANSPORTS = ("raw", "compressed")  # image_transport's names: sensor_msgs/Image, or CompressedImage on <topic>/compressed
 WIRE_DTYPES = ("float32", "float16", "bfloat16")  # as node_infra/transport.py writes them
+IMAGE_CODECS = ("raw", "jpeg", "png")  # how serialized observations carry camera images
 HOSTS = ("all", "robot", "inference")  # launch host:=...: every node, or one side of split.robot_nodes
 
 
@@ -205,6 +206,10 @@ class TransportConfig:
     wire_dtype: str = _doc("serialized stage outputs: the type their float32 arrays (image tokens, prefix K/V) "
                            "travel in, float32 (exact), float16 or bfloat16 (half the bytes; received back as "
                            "float32); observations and action chunks always travel exact", "float32")
+    image_codec: str = _doc("serialized observations: how their camera images travel, raw (exact), png (exact, "
+                            "smaller) or jpeg (at transport.jpeg_quality: a 224x224 image in ~10 KB instead of "
+                            "150 KB, for slow links between hosts)", "raw")
+    jpeg_quality: int = _doc("image_codec jpeg: the JPEG quality, 1-95", 90)
 
     def __post_init__(self) -> None:
         _check(self.mode in ("auto", "reference", "serialized"),
@@ -212,6 +217,9 @@ class TransportConfig:
         _check(self.keep_last >= 2, f"transport.keep_last must be >= 2, got {self.keep_last}")
         _check(self.wire_dtype in WIRE_DTYPES, f"transport.wire_dtype must be one of {WIRE_DTYPES}, "
                                                f"got {self.wire_dtype!r}")
+        _check(self.image_codec in IMAGE_CODECS, f"transport.image_codec must be one of {IMAGE_CODECS}, "
+                                                 f"got {self.image_codec!r}")
+        _check(1 <= self.jpeg_quality <= 95, f"transport.jpeg_quality must be 1-95, got {self.jpeg_quality}")
 
 
 @dataclass(frozen=True)

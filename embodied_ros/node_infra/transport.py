@@ -10,8 +10,9 @@ an Observation as `image/<camera>`, `state` and `instruction`. Strings use dtype
 
 Wire precision (`transport.wire_dtype`): a StageResult's float32 arrays (image tokens, the prefix
 K/V) may travel as float16 or bfloat16, half the bytes; the receiver widens them back to float32,
-the stages' type. Observations (uint8 images, the state), meta values and action chunks always
-travel exact.
+the stages' type. Meta values, the state and action chunks always travel exact; an observation's
+camera images travel as raw pixels, or (`transport.image_codec`) as PNG (exact) or JPEG bytes, a
+Tensor of dtype "png" or "jpeg" whose shape is the image's (H, W, 3), decoded on arrival.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from typing import Any, Union
 
 import numpy as np
 
-from embodied_ros.node_infra.config import WIRE_DTYPES
+from embodied_ros.inputs.compressed import decoded_rgb8, encoded_rgb8
+from embodied_ros.inputs.errors import ImageFormatError
+from embodied_ros.node_infra.config import WIRE_DTYPES, TransportConfig
 from embodied_ros.inputs.stamps import ns_to_duration, ns_to_time, seconds_to_ns, time_to_ns
 from embodied_ros.msg import ActionChunk, StageOutput, StageTiming, Tensor
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 
 Payload = Union[Observation, StageResult]
 UTF8 = "utf8"
+IMAGE_TENSOR_CODECS = ("jpeg", "png")
 BFLOAT16 = "bfloat16"  # the upper 16 bits of a float32, rounded to nearest even (numpy has no such type)
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
@@ -91,11 +95,29 @@ def array_to_tensor(name: str, value: np.ndarray | str, wire_dtype: str = "float
     return msg
 
 
+def image_to_tensor(name: str, pixels: np.ndarray, codec: str, quality: int = 90) -> Tensor:
+    """A Tensor message of (H, W, 3) uint8 pixels compressed as `codec` (jpeg or png)."""
+    data = array.array("B")
+    data.frombytes(encoded_rgb8(pixels, codec, quality))
+    msg = Tensor(name=name, dtype=codec, shape=list(pixels.shape))
+    msg.data = data
+    return msg
+
+
 def tensor_to_array(msg: Tensor) -> np.ndarray | str:
     """A read-only array viewing the message's bytes (or the text of a utf8 tensor); a float16 or
-    bfloat16 tensor is widened to a float32 array (a copy)."""
+    bfloat16 tensor is widened to a float32 array (a copy), a jpeg or png tensor decoded."""
     if msg.dtype == UTF8:
         return bytes(msg.data).decode("utf-8")
+    if msg.dtype in IMAGE_TENSOR_CODECS:
+        try:
+            pixels = decoded_rgb8(bytes(msg.data), msg.dtype, msg.name)
+        except ImageFormatError as error:
+            raise ValueError(str(error)) from None
+        if list(pixels.shape) != list(msg.shape):
+            raise ValueError(f"tensor {msg.name!r}: shape {list(msg.shape)} but its {msg.dtype} data is "
+                             f"{list(pixels.shape)}")
+        return pixels
     if msg.dtype == BFLOAT16:
         return widen_bfloat16(_viewed(msg, np.dtype("<u2")))
     if msg.dtype == "float16":
@@ -137,9 +159,9 @@ def widen_bfloat16(words: np.ndarray) -> np.ndarray:
 
 
 def encode_output(stage: str, sequence: int, step: int, payload: Payload | None, now_ns: int,
-                  store: ResultStore | None, wire_dtype: str = "float32") -> StageOutput:
+                  store: ResultStore | None, wire: TransportConfig = TransportConfig()) -> StageOutput:
     """StageOutput for `payload` (None: a skip marker); `store` None means serialize, a StageResult's
-    float32 arrays as `wire_dtype`."""
+    float32 arrays as `wire.wire_dtype`, an observation's images as `wire.image_codec`."""
     msg = StageOutput(stage=stage, sequence=sequence if payload is not None else 0, step=step)
     msg.header.stamp = ns_to_time(now_ns)
     if payload is None:
@@ -148,8 +170,7 @@ def encode_output(stage: str, sequence: int, step: int, payload: Payload | None,
     if store is not None:
         msg.handle = store.put(stage, payload)
     else:
-        msg.tensors = [array_to_tensor(name, value, _wire_dtype_of(payload, name, wire_dtype))
-                       for name, value in _flatten(payload).items()]
+        msg.tensors = [_to_tensor(payload, name, value, wire) for name, value in _flatten(payload).items()]
     return msg
 
 
@@ -223,9 +244,13 @@ def _flatten(payload: Payload) -> dict[str, np.ndarray | str]:
     return flat
 
 
-def _wire_dtype_of(payload: Payload, name: str, wire_dtype: str) -> str:
-    """A StageResult's arrays travel at the wire precision; an observation and meta values exactly."""
-    return wire_dtype if isinstance(payload, StageResult) and not name.startswith("meta/") else "float32"
+def _to_tensor(payload: Payload, name: str, value: np.ndarray | str, wire: TransportConfig) -> Tensor:
+    """A StageResult's arrays travel at the wire precision, an observation's images in the wire's
+    image codec, meta values and the rest exactly."""
+    if isinstance(payload, Observation) and name.startswith("image/") and wire.image_codec != "raw":
+        return image_to_tensor(name, value, wire.image_codec, wire.jpeg_quality)
+    exact = isinstance(payload, Observation) or name.startswith("meta/")
+    return array_to_tensor(name, value, "float32" if exact else wire.wire_dtype)
 
 
 def _meta_value(value: np.ndarray | str) -> int | float | str:

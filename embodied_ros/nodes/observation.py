@@ -197,7 +197,8 @@ class ObservationNode(GraphNode):
         started = time.perf_counter()
         self.sequence += 1
         store = self.store if self.config.by_reference else None
-        self.output_publisher.publish(encode_output(self.stage, self.sequence, step, observation, now_ns, store))
+        self.output_publisher.publish(encode_output(self.stage, self.sequence, step, observation, now_ns, store,
+                                                    self.config.transport))
         compute_ms = (time.perf_counter() - started) * 1e3
         staleness_ms = (now_ns - observation.stamp_ns) / 1e6
         self._publish_status("", step, now_ns)

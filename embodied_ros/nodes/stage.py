@@ -49,7 +49,7 @@ class StageNode(GraphNode):
         """Publish `result` (None: the skip marker of a lock-step step)."""
         store = self.store if self.config.by_reference else None
         self.output_publisher.publish(encode_output(self.stage, sequence, step, result, now_ns, store,
-                                                    self.config.transport.wire_dtype))
+                                                    self.config.transport))
 
     def make_output_publisher(self):
         return self.lifecycle_publisher(StageOutput, stage_topic(self.stage), self.drive.stage_qos())
