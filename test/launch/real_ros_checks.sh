@@ -114,12 +114,12 @@ if [[ " $ONLY " == *" launch "* ]]; then
         [ "$exit_code" = 0 ] || problem="$problem${problem:+; }ros2 launch exit $exit_code"
         [ -z "$bad" ] || problem="$problem${problem:+; }log: $(grep -oE "$BAD_LINES" "$log" | sort | uniq -c | sed 's/^ *//' | paste -sd ',')"
         if [ -z "$problem" ]; then
-          passed=$((passed + 1)); echo "$launch_file $config_argument $layout run $run: pass $probed"
+          passed=$((passed + 1)); echo "$launch_file${config_argument:+ $config_argument} $layout run $run: pass $probed"
         else
-          problems+=("run $run: $problem"); echo "$launch_file $config_argument $layout run $run: FAIL $problem (log $log) $probed"
+          problems+=("run $run: $problem"); echo "$launch_file${config_argument:+ $config_argument} $layout run $run: FAIL $problem (log $log) $probed"
         fi
       done
-      line="$launch_file $config_argument layout:=$layout robot:=synthetic: $passed of $RUNS passed"
+      line="$launch_file${config_argument:+ $config_argument} layout:=$layout robot:=synthetic: $passed of $RUNS passed"
       [ $passed = "$RUNS" ] || FAILED=1
       SUMMARY+=("$line"); for p in "${problems[@]}"; do SUMMARY+=("    $p"); done
     done
