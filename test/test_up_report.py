@@ -51,3 +51,36 @@ def test_up_says_in_one_error_when_the_synthetic_robot_cannot_start(monkeypatch)
         run_up(load_config(None), duration_s=2.0, domain_id=next_domain(), print_fn=lambda line: None,
                runtime=FakeRuntime())
     assert not _children_running("-c raise SystemExit")
+
+
+def test_up_on_two_hosts_each_runs_its_share_and_commands_stream(tmp_path):
+    """`up --host inference` and `up --host robot` (here two processes on one machine and domain, as two
+    hosts would run them): the robot's side has the observation node, the controller and the synthetic
+    robot, the other the model's nodes; the robot's report sees chunks and commands."""
+    import json
+    import signal
+    import subprocess
+
+    from graph_bundles import ROOT
+
+    domain = str(next_domain())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+    def up(host: str, duration: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "embodied_ros.cli.main", "up", "pi05", "--host", host,
+                                 "--duration", duration, "--domain-id", domain,
+                                 "--report-json", str(tmp_path / f"{host}.json")],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env)
+
+    inference = up("inference", "30")
+    robot = up("robot", "6")
+    robot_out, _ = robot.communicate(timeout=240)
+    inference.send_signal(signal.SIGINT)  # Ctrl-C: the inference side stops and reports
+    inference_out, _ = inference.communicate(timeout=120)
+    assert robot.returncode == 0, robot_out[-3000:]
+    assert "on the robot host: observation, controller" in robot_out, robot_out[-3000:]
+    assert "on the inference host: perception, prefix, action" in inference_out, inference_out[-3000:]  # no world
+    assert inference.returncode == 0, inference_out[-3000:]
+    report = json.loads((tmp_path / "robot.json").read_text())
+    assert report["exited"] == {} and report["first_chunk_s"] is not None
+    assert report["commands"]["commands"] > 50 and report["stages"]["action"]["runs"] >= 10, robot_out[-3000:]

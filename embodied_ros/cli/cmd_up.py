@@ -19,6 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="all nodes in this process (stage outputs by reference)")
     layout.add_argument("--separate", dest="layout", action="store_const", const="separate",
                         help="one process per node (stage outputs as Tensor messages)")
+    parser.add_argument("--host", choices=("all", "robot", "inference"), default="all",
+                        help="all: the whole graph; robot / inference: that host's nodes of the config's "
+                             "split.robot_nodes, one process each, the other host's from another machine on the "
+                             "same ROS domain (the synthetic robot goes with the robot's host)")
     parser.add_argument("--namespace", default="", help="ROS namespace of every node and topic")
     parser.add_argument("--remap", action="append", default=[], metavar="FROM:=TO", help="topic remap (repeatable)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -43,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"embodied-ros up: {error}")
     try:
         report = run_up(config, duration_s=args.duration, namespace=args.namespace, remaps=args.remap,
-                        synthetic=args.synthetic, summary_period_s=args.summary_period, domain_id=args.domain_id)
+                        synthetic=args.synthetic, summary_period_s=args.summary_period, domain_id=args.domain_id,
+                        host=args.host)
     except BundleError as error:  # loaded before any node starts
         raise SystemExit(f"embodied-ros up: {error}")
     except RuntimeError as error:  # a node or the controller's process did not start

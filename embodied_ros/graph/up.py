@@ -47,29 +47,34 @@ class UpReport:
 
 def run_up(config: GraphConfig, *, duration_s: float, namespace: str = "", remaps: Sequence[str] = (),
            synthetic: bool = True, summary_period_s: float = 1.0, domain_id: int | None = None,
-           print_fn: Callable[[str], None] = print, runtime: Runtime | None = None) -> UpReport:
+           print_fn: Callable[[str], None] = print, runtime: Runtime | None = None, host: str = "all") -> UpReport:
     """Run the graph for `duration_s` seconds (after start-up) and report; Ctrl-C ends it early.
     `runtime`: an already loaded runtime for a composed graph (default: load the config's bundle).
+    `host`: robot or inference runs that host's nodes of `split.robot_nodes`, one process each, the
+    other host's coming from another machine (the synthetic robot goes with the robot's host).
     The synthetic robot's process starts first: it imports rclpy while the bundle loads."""
+    if host != "all":
+        config = replace(config, layout="separate")
     robot = None
-    if synthetic:
+    if synthetic and host != "inference":
         robot = _start_robot(config, runtime.spec if runtime is not None else read_spec(config.bundle), namespace,
                              domain_id)
     try:
-        return _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, domain_id, print_fn, runtime)
+        return _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, domain_id, print_fn, runtime,
+                       host)
     finally:
         if robot is not None:
             with interrupts_ignored():
                 robot.stop()
 
 
-def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, domain_id, print_fn, runtime):
+def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, domain_id, print_fn, runtime, host):
     loading = time.monotonic()
-    if runtime is None:
+    if runtime is None and host == "all":
         runtime = acquire_runtime(config)
         print_fn(f"loaded {config.bundle} ({runtime.spec.architecture}, {config.backend} kernels) in "
                  f"{time.monotonic() - loading:.1f} s")
-    spec = runtime.spec
+    spec = runtime.spec if runtime is not None else read_spec(config.bundle)  # a host's nodes load it themselves
     # the profile of the graph's child processes (the robot, the controller, separate nodes): the
     # same transports, and announcements every 0.5 s, not 3 s, for the controller's process that
     # joins later (without: "graph up" took 3.8 s instead of 0.7 in 1 of 8 composed starts)
@@ -90,12 +95,14 @@ def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, doma
         return {**(graph.exited() if graph is not None else {}), **(robot.exited() if robot is not None else {})}
 
     try:
-        graph = _start_graph(config, runtime, context, namespace, remaps, domain_id)
+        graph = _start_graph(config, spec, runtime, context, namespace, remaps, domain_id, host)
         if isinstance(graph, SeparateGraph):
             wait_for_state(monitor, graph.node_names, namespace, START_TIMEOUT_S, lambda: time.sleep(0.05))
         if robot is not None:
             _wait_for_robot(monitor, robot, namespace)
-        print_fn(f"graph up ({config.layout}, {len(graph_nodes(spec.has_world_model))} nodes) in "
+        names = graph_nodes(spec.has_world_model) if host == "all" else graph.node_names
+        where = "" if host == "all" else f" on the {host} host: {', '.join(names)}"
+        print_fn(f"graph up ({config.layout}, {len(names)} nodes{where}) in "
                  f"{time.monotonic() - launched:.1f} s; running for {duration_s:.0f} s")
         started = time.monotonic()
         monitor.start_run()
@@ -146,13 +153,14 @@ def _wait_for_robot(monitor: GraphMonitor, robot: SeparateGraph, namespace: str)
         time.sleep(0.05)
 
 
-def _start_graph(config, runtime, context, namespace, remaps, domain_id):
+def _start_graph(config, spec, runtime, context, namespace, remaps, domain_id, host):
     if config.layout == "composed":
         cli_args = ["--ros-args", *[arg for remap in remaps for arg in ("-r", remap)]] if remaps else ()
         graph = ComposedGraph(config, context=context, runtime=runtime, namespace=namespace, cli_args=cli_args)
     else:
-        graph = SeparateGraph(config, graph_nodes(runtime.spec.has_world_model), namespace=namespace,
-                              remaps=remaps, domain_id=domain_id)
+        hosted = config.split.nodes_of(host)
+        graph = SeparateGraph(config, [name for name in graph_nodes(spec.has_world_model) if name in hosted],
+                              namespace=namespace, remaps=remaps, domain_id=domain_id)
     graph.start()
     return graph
 
