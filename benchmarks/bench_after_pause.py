@@ -59,8 +59,7 @@ def parse_args(argv=None):
     parser.add_argument("--configs", default="pi0_tiny,pi05_tiny,pi05_small",
                         help=f"comma-separated, of {','.join(CHOICES)}")
     parser.add_argument("--repeats", type=int, default=25, help="timed calls per stage and pause")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_command_timing"),
-                        help="where the pi05_small bundle is made (once)")
+    common.add_workdir_argument(parser, "bench_command_timing", "where the pi05_small bundle is made (once)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args(argv)
     args.configs = common.chosen(parser, "--configs", args.configs, CHOICES)

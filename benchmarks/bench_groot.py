@@ -1,7 +1,7 @@
 """GR00T N1.7 on this runtime next to LeRobot's PyTorch GrootPolicy, measured side by side in one run.
 
     python benchmarks/bench_groot.py [--parts small,full_width] [--types f32,bf16,q8_0] [--repeats 5] [--rounds 3]
-                                     [--threads 2] [--workdir /tmp/bench_groot] [--generator gen_groot_fixture.py]
+                                     [--threads 2] [--workdir DIR] [--generator reference/gen_groot.py]
                                      [--no-write]
 
 Parts, each written to its own BENCHMARKS.md section (groot_small, groot_full_width):
@@ -47,8 +47,9 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_groot"))
-    parser.add_argument("--generator", type=Path, default=Path("/work/shared/reference/gen_groot_fixture.py"))
+    common.add_workdir_argument(parser, "bench_groot")
+    parser.add_argument("--generator", type=Path, default=common.REFERENCE_GENERATORS / "gen_groot.py",
+                        help="the records' generator, run in the reference environment (default reference/gen_groot.py)")
     parser.add_argument("--no-write", action="store_true", help="print the sections instead of writing BENCHMARKS.md")
     return parser.parse_args(argv)
 

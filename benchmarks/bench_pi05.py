@@ -2,7 +2,7 @@
 
     python benchmarks/bench_pi05.py [--parts small,layers,quant] [--repeats 5] [--rounds 3]
                                     [--threads 2] [--torch-python PATH | --no-torch]
-                                    [--record test/data/pi05_small] [--workdir /tmp/bench_pi05]
+                                    [--record test/data/pi05_small] [--workdir DIR]
                                     [--openblas-kernels env|auto|NAME] [--section-suffix S]
                                     [--rewrite] [--no-write]
 
@@ -15,7 +15,7 @@ Parts, each written to its own BENCHMARKS.md section:
           weights (pi05_layers.py) in F32, Q8_0 and Q4_K, next to torch_reference.py's
           siglip_layer / gemma_layer / expert_layer, with numpy's sgemm rate at the layer's largest
           product measured in the same run.
-          With --record of a pi0 record (gen_pi0_fixture.py on benchmarks/specs/pi0_small.json) the
+          With --record of a pi0 record (reference/gen_pi0.py on benchmarks/specs/pi0_small.json) the
           same part measures pi0 next to `torch_reference.py pi0_small` (PI0Policy), in a section
           named after the record folder.
   quant   (pi05_small_quantized) Q8_0 and Q4_K bundles of the record: file and weight bytes against
@@ -61,11 +61,10 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per side and round")
     parser.add_argument("--rounds", type=int, default=3, help="alternations of this runtime and PyTorch")
     parser.add_argument("--threads", type=int, default=2, help="BLAS, numba and torch threads")
-    parser.add_argument("--torch-python", help=f"interpreter of the PyTorch reference environment "
-                                               f"(default ${common.REFERENCE_PYTHON_ENV} or {common.DEFAULT_REFERENCE_PYTHON})")
+    parser.add_argument("--torch-python", help=common.reference_python_help())
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch reference")
     parser.add_argument("--record", type=Path, default=common.REPO_ROOT / "test" / "data" / "pi05_small")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_pi05"), help="where bundles are written")
+    common.add_workdir_argument(parser, "bench_pi05", "where bundles are written")
     parser.add_argument("--rewrite", action="store_true", help="convert the bundles again even if --workdir has them")
     parser.add_argument("--openblas-kernels", default="env",
                         help="env: as the environment says; auto: OpenBLAS picks for the CPU; or a core name")

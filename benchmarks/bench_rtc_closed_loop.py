@@ -4,7 +4,7 @@ added inference delay, in four modes side by side on the same episodes (seeds, g
     python benchmarks/bench_rtc_closed_loop.py [--bundle bundles/pi05_metaworld.gguf] [--delay 3]
                                                [--goal-speed 0.001] [--episodes 50] [--seed 0]
                                                [--tasks reach-v3 button-press-topdown-v3]
-                                               [--workdir /tmp/bench_rtc_closed_loop] [--no-write]
+                                               [--workdir DIR] [--no-write]
                                                [--reuse WORKDIR ...]
 
   sync        no delay: each chunk is executed from the step it was solved on (the reference)
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="first episode seed")
     parser.add_argument("--max-steps", type=int, default=200)
     parser.add_argument("--modes", nargs="+", choices=list(modes(0)), default=list(modes(0)))
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_rtc_closed_loop"))
+    common.add_workdir_argument(parser, "bench_rtc_closed_loop", "where the episodes and their logs are written")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     parser.add_argument("--reuse", type=Path, nargs="+", default=[],
                         help="pool the episodes these earlier runs' workdirs hold instead of running new ones")

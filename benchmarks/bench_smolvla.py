@@ -1,8 +1,8 @@
 """SmolVLA on this runtime next to LeRobot's PyTorch SmolVLA, measured side by side in one run.
 
     python benchmarks/bench_smolvla.py [--parts small,full] [--repeats 5] [--rounds 3] [--threads 2]
-                                       [--record DIR] [--generator gen_smolvla_fixture.py]
-                                       [--workdir /tmp/bench_smolvla] [--no-write]
+                                       [--record DIR] [--generator reference/gen_smolvla.py]
+                                       [--workdir DIR] [--no-write]
 
 Parts, each written to its own BENCHMARKS.md section:
   small  (smolvla_small) a reference record of benchmarks/specs/smolvla_small.json (made with the
@@ -42,11 +42,16 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--record", type=Path, default=Path("/tmp/bench_smolvla/smolvla_small"))
-    parser.add_argument("--generator", type=Path, default=Path("/work/shared/reference/gen_smolvla_fixture.py"))
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_smolvla"))
+    parser.add_argument("--record", type=Path, help="the smolvla_small record, made there when absent "
+                                                    "(default: WORKDIR/smolvla_small)")
+    parser.add_argument("--generator", type=Path, default=common.REFERENCE_GENERATORS / "gen_smolvla.py",
+                        help="the record's generator, run in the reference environment (default reference/gen_smolvla.py)")
+    common.add_workdir_argument(parser, "bench_smolvla")
     parser.add_argument("--no-write", action="store_true", help="print the sections instead of writing BENCHMARKS.md")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.record is None:
+        args.record = args.workdir / "smolvla_small"
+    return args
 
 
 def set_threads(threads: int) -> None:

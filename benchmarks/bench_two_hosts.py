@@ -3,7 +3,7 @@ what crosses the link at each cut, the wire precision's action error, the stream
 next to the same graph on one host, and the faults (link cuts, the inference host killed, loss bursts).
 
     sudo python benchmarks/bench_two_hosts.py [--parts cuts,precision,links,faults] [--configs pi05_small,pi05_small_jpeg,smolvla_tiny]
-        [--duration 15] [--repeats 10] [--workdir /tmp/bench_two_hosts] [--no-write]
+        [--duration 15] [--repeats 10] [--workdir DIR] [--no-write]
 
 Parts:
   cuts       bytes per observation crossing the link when the split is after the observation node

@@ -3,8 +3,8 @@ for float32 / Q8_0 / Q4_K weights in this runtime, output error of the quantized
 PyTorch reference (diffusers' WanTransformerBlock) measured in the same run.
 
     python benchmarks/bench_wan.py [--tokens 960] [--text-tokens 512] [--repeats 5] [--threads 2]
-                                   [--torch-python /tmp/ref_venv/bin/python | --no-torch]
-                                   [--cached-context] [--workdir /tmp/bench_wan] [--rewrite]
+                                   [--torch-python PATH | --no-torch]
+                                   [--cached-context] [--workdir DIR] [--rewrite]
                                    [--section wan_block] [--no-write]
 
 Shape: dim 3072 = 24 heads x 128, FFN 14336; 960 latent tokens = LingBot-VA's RoboTwin setting of 3
@@ -46,12 +46,11 @@ def parse_args(argv=None):
     parser.add_argument("--text-tokens", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per type (best and median reported)")
     parser.add_argument("--threads", type=int, default=2, help="BLAS, numba and torch threads (default 2)")
-    parser.add_argument("--torch-python", help=f"interpreter of the PyTorch reference environment "
-                                               f"(default ${common.REFERENCE_PYTHON_ENV} or {common.DEFAULT_REFERENCE_PYTHON})")
+    parser.add_argument("--torch-python", help=common.reference_python_help())
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch reference")
     parser.add_argument("--cached-context", action="store_true",
                         help="compute the context's cross-attention K/V once, outside the timed calls")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench_wan"), help="where the bundles are written")
+    common.add_workdir_argument(parser, "bench_wan", "where the bundles are written")
     parser.add_argument("--rewrite", action="store_true", help="write the bundles again even if --workdir has them")
     parser.add_argument("--section", default="wan_block", help="BENCHMARKS.md section to write (default wan_block)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import platform
 import re
 import resource
@@ -27,8 +28,10 @@ BENCHMARKS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCHMARKS_DIR.parent
 BENCHMARKS_MD = REPO_ROOT / "BENCHMARKS.md"
 TORCH_REFERENCE_SCRIPT = BENCHMARKS_DIR / "torch_reference.py"
-DEFAULT_REFERENCE_PYTHON = "/tmp/ref_venv/bin/python"
-REFERENCE_PYTHON_ENV = "EMBODIED_ROS_REF_PYTHON"
+REFERENCE_PYTHON_ENV = "EMBODIED_ROS_REF_PYTHON"  # the reference environment's interpreter (reference/install.sh)
+UNSET_REFERENCE_PYTHON = f"${REFERENCE_PYTHON_ENV} (not set)"  # names no file: existence checks fail on it
+WORK_DIR_ENV = "EMBODIED_ROS_BENCH_DIR"  # scratch folder for bundles and records the benchmarks make
+REFERENCE_GENERATORS = REPO_ROOT / "reference"  # the reference record generators (reference/README.md)
 EXIT_REFERENCE_MISSING = 3  # torch_reference.py: torch / lerobot / diffusers not importable
 # Process-wide settings embodied_ros makes for itself (kernels/cpu/jit.py: its OpenMP threads sleep
 # between regions). The PyTorch reference runs with the value this process started with instead:
@@ -309,7 +312,22 @@ class ReferenceUnavailable(RuntimeError):
 
 
 def reference_python() -> str:
-    return os.environ.get(REFERENCE_PYTHON_ENV, DEFAULT_REFERENCE_PYTHON)
+    """The PyTorch reference interpreter, $EMBODIED_ROS_REF_PYTHON; when that is unset, a name that is no
+    file, so that `Path(reference_python()).exists()` is False and the reference counts as missing."""
+    return os.environ.get(REFERENCE_PYTHON_ENV) or UNSET_REFERENCE_PYTHON
+
+
+def add_workdir_argument(parser, name: str, what: str = "where bundles and records are written") -> None:
+    """--workdir: $EMBODIED_ROS_BENCH_DIR/<name>, or embodied_ros_bench/<name> in the temp folder."""
+    base = Path(os.environ.get(WORK_DIR_ENV) or Path(tempfile.gettempdir()) / "embodied_ros_bench")
+    parser.add_argument("--workdir", type=Path, default=base / name,
+                        help=f"{what} (default ${WORK_DIR_ENV}/{name}, or embodied_ros_bench/{name} in the "
+                             f"temp folder when {WORK_DIR_ENV} is unset)")
+
+
+def reference_python_help() -> str:
+    return (f"interpreter of the PyTorch reference environment (default ${REFERENCE_PYTHON_ENV}; "
+            "reference/install.sh builds the environment)")
 
 
 def reference_environment() -> dict[str, str]:

@@ -2,7 +2,7 @@
 
     python benchmarks/pi05_types.py [--record DIR] [--types f32,f16,bf16,q8_0,q4_k]
                                     [--torch-dtypes f32,bf16] [--repeats 3] [--threads 2]
-                                    [--workdir /tmp/pi05_types] [--section NAME]
+                                    [--workdir DIR] [--section NAME]
 
 Converts the record once per stored type (`embodied-ros bundle convert RECORD OUT --quant TYPE`,
 its peak resident memory measured), runs `embodied-ros bench BUNDLE --record RECORD` on each in its
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
                         help="LeRobot dtypes to run (f32, bf16), or none")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/pi05_types"))
+    common.add_workdir_argument(parser, "pi05_types", "where the bundles are written")
     parser.add_argument("--section", default=None)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)

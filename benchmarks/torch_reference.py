@@ -13,7 +13,7 @@ MODE:
                 max_abs_err against the record's actions. --dtype f32 or bf16 (LeRobot's own
                 dtype="bfloat16" setting).
   pi0_small     PI0Policy.predict_action_chunk on a pi0 reference record (--record, e.g. one made
-                by gen_pi0_fixture.py from benchmarks/specs/pi0_small.json), timed as pi05_small.
+                by reference/gen_pi0.py from benchmarks/specs/pi0_small.json), timed as pi05_small.
   siglip_layer  one SigLIP encoder layer, width 1152, 16 heads, mlp 4304 (transformers
                 SiglipEncoderLayer, sdpa attention as in LeRobot's vision tower); --tokens default 256.
   gemma_layer   one Gemma-2B decoder layer of the pi0.5 prefix pass, width 2048, 8 heads x 256,

@@ -1,5 +1,5 @@
 """GR00T N1.7 from raw inputs as LeRobot's pre- and postprocessor run it (test/data/groot_pipeline_tiny,
-made by test/data/gen_groot_pipeline.py): the uint8 view transform bit for bit, the patch rows, the
+made by reference/gen_groot_pipeline.py): the uint8 view transform bit for bit, the patch rows, the
 chat prompt's token ids, state normalization and action decoding, the LeRobot save's conversion and
 the stage runtime end to end."""
 

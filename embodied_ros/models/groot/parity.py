@@ -5,7 +5,7 @@ per case k: `case{k}_pixel_values` (patch rows of the present views), `_image_gr
 per view), `_input_ids` (the prompt with image placeholders), `_state` (normalized, padded),
 `_embodiment_id`, `_noise` (x at t=0) and model-space `_actions` [H, action_dim].
 
-A pipeline record (test/data/groot_pipeline_tiny, made by test/data/gen_groot_pipeline.py) is a
+A pipeline record (test/data/groot_pipeline_tiny, made by reference/gen_groot_pipeline.py) is a
 LeRobot save in checkpoint/ with its processors and tokenizer, cases.json (task per case) and
 cases.npz with the raw inputs (`case{k}_{camera}_uint8` frames, `_state_raw`), `_noise`, LeRobot's
 token ids (`_tokens`), model-space `_actions_model` and decoded physical `_actions`: the runtime

@@ -3,9 +3,10 @@
 processor pipeline (raw camera frames, raw state and task text -> physical actions).
 
 Runs in the PyTorch reference environment (LeRobot 0.6.1, transformers, torch CPU) with a real
-torchvision (LeRobot's N1.7 view transform and the Qwen image processor resize on torch tensors):
+torchvision (LeRobot's N1.7 view transform and the Qwen image processor resize on torch tensors;
+`real_torchvision.sh DIR` unpacks one):
 
-    PYTHONPATH=<folder with torchvision 0.28> /tmp/ref_venv/bin/python test/data/gen_groot_pipeline.py OUT
+    PYTHONPATH=DIR python gen_groot_pipeline.py OUT_DIR
 
 Offline stand-ins, as for the model-level record: LeRobot builds N1.7 from the hub
 ("nvidia/GR00T-N1.7-3B", "nvidia/Cosmos-Reason2-2B"); here the backbone config is a tiny

@@ -5,20 +5,26 @@ physical actions.
 
 Runs in the PyTorch reference environment (lerobot 0.6.1, transformers, torch), not in the project's:
 
-    HF_HUB_OFFLINE=1 /tmp/ref_venv/bin/python test/data/gen_pi0_checkpoint.py test/data/pi0_tiny_checkpoint
+    python gen_pi0_checkpoint.py [--tokenizer-from DIR] OUT_DIR
 
-The tokenizer is the SentencePiece model of test/data/pi05_tiny_checkpoint (pieces < vocab); LeRobot's
-tokenizer step asks for google/paligemma-3b-pt-224, answered here with that model's transformers files.
-The model is shrunk as the reference generators do: LeRobot's Gemma variant table and the PaliGemma /
-expert constructors are replaced inside `policies/pi0/modeling_pi0.py` while the policy is built.
+The tokenizer is the SentencePiece model of a pi0.5 pipeline record (pieces < vocab): DIR, by
+default $EMBODIED_ROS_RECORDS/pi05_tiny_checkpoint (the repository's test/data/pi05_tiny_checkpoint);
+its `checkpoint/tokenizer.model` is copied into the checkpoint and LeRobot's tokenizer step, which
+asks for google/paligemma-3b-pt-224, is answered with its `tokenizer_hf/` transformers files.
+The model is shrunk as the other reference generators do: LeRobot's Gemma variant table and the
+PaliGemma / expert constructors are replaced inside `policies/pi0/modeling_pi0.py` while the policy
+is built.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import shutil
-import sys
 from pathlib import Path
+
+import common  # noqa: F401  (sets the offline environment before transformers is imported)
 
 import numpy as np
 import torch
@@ -31,8 +37,7 @@ from lerobot.policies.pi0 import PI0Config
 from lerobot.policies.pi0.processor_pi0 import make_pi0_pre_post_processors
 from lerobot.policies.utils import prepare_observation_for_inference
 
-DATA = Path(__file__).resolve().parent
-TOKENIZER = DATA / "pi05_tiny_checkpoint"
+TOKENIZER: Path | None = None  # the pi0.5 pipeline record whose tokenizer is used (set by main)
 PALIGEMMA_TOKENIZER = "google/paligemma-3b-pt-224"
 
 VISION = {"width": 48, "depth": 2, "mlp_dim": 96, "num_heads": 4}
@@ -162,12 +167,23 @@ def main(out: Path) -> None:
         "model_dims": {"vision": VISION, "lm": GEMMA["lm"], "expert": GEMMA["expert"], "vocab_size": VOCAB,
                        "patch_size": PATCH},
         "state_names": STATE_NAMES, "action_names": ACTION_NAMES, "seeds": SEEDS,
-        "generated_by": {"script": "test/data/gen_pi0_checkpoint.py", "torch": torch.__version__,
+        "generated_by": {"script": "reference/gen_pi0_checkpoint.py", "torch": torch.__version__,
                          "lerobot": __import__("lerobot").__version__},
         "cases": recorded}
     (out / "cases.json").write_text(json.dumps(description, indent=1) + "\n")
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, metavar="OUT_DIR")
+    records = os.environ.get("EMBODIED_ROS_RECORDS")
+    parser.add_argument("--tokenizer-from", type=Path,
+                        default=Path(records) / "pi05_tiny_checkpoint" if records else None,
+                        help="pi0.5 pipeline record with checkpoint/tokenizer.model and tokenizer_hf/ "
+                             "(default: $EMBODIED_ROS_RECORDS/pi05_tiny_checkpoint)")
+    args = parser.parse_args()
+    if args.tokenizer_from is None:
+        parser.error("name the tokenizer's record: --tokenizer-from DIR or EMBODIED_ROS_RECORDS")
+    TOKENIZER = args.tokenizer_from.resolve()
     torch.set_num_threads(1)
-    main(Path(sys.argv[1]))
+    main(args.out.resolve())
