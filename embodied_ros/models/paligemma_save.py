@@ -161,7 +161,7 @@ def tensor_group(name: str) -> str:
 # attention shape is fixed by the variant (8 query heads; the expert must match the LM's K/V), so
 # the Gemma counts hold for any width; SigLIP's are only known for the so400m width.
 _GEMMA_VARIANTS = {"gemma_2b": {"num_heads": 8}, "gemma_300m": {"num_heads": 8}}
-_SIGLIP_SO400M = {"width": 1152, "num_heads": 16}
+SIGLIP_SO400M = {"width": 1152, "num_heads": 16}
 
 
 @dataclass(frozen=True)
@@ -195,11 +195,11 @@ def recorded_hints(source: Path, reference: Path | None) -> dict[str, Any]:
     return hints
 
 
-def _layer_count(weights: Mapping[str, np.ndarray], stack: str) -> int:
+def layer_count(weights: Mapping[str, np.ndarray], stack: str) -> int:
     return len({name.split(".")[2] for name in weights if name.startswith(f"{stack}.blk.")})
 
 
-def _heads(hints: Mapping[str, Any], part: str, variant: Mapping[str, int] | None, width: int,
+def heads_of(hints: Mapping[str, Any], part: str, variant: Mapping[str, int] | None, width: int,
            key: str) -> int:
     hint = hints.get(f"{part}.{key}")
     if hint is not None:
@@ -210,17 +210,17 @@ def _heads(hints: Mapping[str, Any], part: str, variant: Mapping[str, int] | Non
                      f"variant); pass it as an override, e.g. {part}.{key}=N")
 
 
-def _gemma_from_weights(weights, stack: str, variant_name: str, hints) -> GemmaConfig:
+def gemma_from_weights(weights, stack: str, variant_name: str, hints) -> GemmaConfig:
     variant = _GEMMA_VARIANTS.get(variant_name)
     q_rows, width = weights[f"{stack}.blk.0.attn_q.weight"].shape
     kv_rows = weights[f"{stack}.blk.0.attn_k.weight"].shape[0]
-    num_heads = _heads(hints, stack, variant, width, "num_heads")
+    num_heads = heads_of(hints, stack, variant, width, "num_heads")
     if q_rows % num_heads:
         raise ValueError(f"{stack}: query projection has {q_rows} rows, not divisible by {num_heads} heads")
     head_dim = int(hints.get(f"{stack}.head_dim", q_rows // num_heads))
     if kv_rows % head_dim:
         raise ValueError(f"{stack}: key projection has {kv_rows} rows, not a multiple of head_dim {head_dim}")
-    return GemmaConfig(width=width, depth=_layer_count(weights, stack),
+    return GemmaConfig(width=width, depth=layer_count(weights, stack),
                        mlp_dim=weights[f"{stack}.blk.0.ffn_gate.weight"].shape[0], num_heads=num_heads,
                        num_kv_heads=kv_rows // head_dim, head_dim=head_dim)
 
@@ -234,9 +234,9 @@ def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray
     side = int(round(tokens ** 0.5))
     width = weights["vision.patch.weight"].shape[0]
     vision = VisionConfig(image_size=side * patch, patch_size=patch, width=width,
-                          depth=_layer_count(weights, "vision"),
+                          depth=layer_count(weights, "vision"),
                           mlp_dim=weights["vision.blk.0.fc1.weight"].shape[0],
-                          num_heads=_heads(hints, "vision", _SIGLIP_SO400M, width, "num_heads"))
+                          num_heads=heads_of(hints, "vision", SIGLIP_SO400M, width, "num_heads"))
     resolution = tuple(raw.get("image_resolution", (vision.image_size, vision.image_size)))
     if resolution != (vision.image_size, vision.image_size):
         raise ValueError(f"config image_resolution {resolution} disagrees with the vision weights "
@@ -244,6 +244,7 @@ def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray
     features = raw.get("input_features", {})
     cameras = [camera_name(key) for key, f in features.items() if f.get("type") == "VISUAL"]
     cameras += [f"empty_camera_{i}" for i in range(int(raw.get("empty_cameras", 0)))]
+    cameras = list(dict.fromkeys(cameras))  # LeRobot lists an empty camera in input_features too
     state_dim = int(features.get("observation.state", {}).get("shape", [0])[0])
     action_dim = int(raw.get("output_features", {}).get("action", {}).get("shape", [0])[0])
     action_names = list(raw.get("action_feature_names") or [])
@@ -258,8 +259,8 @@ def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray
         relative = tuple(not any(part in name for part in excluded) for name in action_names)
     return Pi05Config(
         vision=vision,
-        lm=_gemma_from_weights(weights, "lm", raw.get("paligemma_variant", ""), hints),
-        expert=_gemma_from_weights(weights, "expert", raw.get("action_expert_variant", ""), hints),
+        lm=gemma_from_weights(weights, "lm", raw.get("paligemma_variant", ""), hints),
+        expert=gemma_from_weights(weights, "expert", raw.get("action_expert_variant", ""), hints),
         vocab_size=weights["lm.token_embd"].shape[0],
         camera_names=tuple(cameras), state_names=tuple(state_names), action_names=tuple(action_names),
         chunk_size=int(raw.get("chunk_size", 50)),
