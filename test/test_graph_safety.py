@@ -107,3 +107,21 @@ def test_the_first_commands_ramp_from_the_joint_state_unless_the_ramp_is_off():
     np.testing.assert_array_equal(ramp[0], np.full(3, 0.5))  # starts at the joint state ...
     assert np.all(np.abs(ramp - 0.5) <= 0.2 * np.abs(first_chunk).max() + 0.5 * 0.2)  # ... and leaves it slowly
     np.testing.assert_allclose(direct[0].commands[0].positions, first_chunk[0])  # no ramp: the chunk at once
+
+
+class FallbackRuntime(FakeRuntime):
+    """A head that could not make a proper chunk and hands back its stand-in (pi0-FAST's undecodable tokens)."""
+
+    def act(self, prefix, world, noise=None):
+        chunk = super().act(prefix, world, noise)
+        chunk.fallback, chunk.problem = True, "the action tokens do not decode"
+        return chunk
+
+
+def test_a_heads_fallback_chunk_is_never_sent_and_the_arm_holds():
+    outputs, messages, _ = _run_and_listen(load_config(None, {}), FallbackRuntime(), 2,
+                                           heard_enough=lambda _, said: bool(said))
+    assert all(o.chunk is None for o in outputs)  # nothing reached the controller ...
+    commands = np.stack([c.positions for o in outputs for c in o.commands]) if any(o.commands for o in outputs) \
+        else np.full((1, 3), 0.5)
+    np.testing.assert_array_equal(commands, np.full_like(commands, 0.5))  # ... and the arm stayed where it was

@@ -34,9 +34,13 @@ class ActionNode(StageNode):
         noise_index = self.drive.noise_index(step, self.sequence)
         noise = stage_noise(self.config.stages.seed_for(self.spec), "action", noise_index, self.spec.noise_shape)
         if self.continuer is None:
-            return self.runtime.act(inputs["prefix"], inputs.get("world"), noise)
-        continuation = self.continuer.continuation(inputs["prefix"].stamp_ns)
-        return self.runtime.act(inputs["prefix"], inputs.get("world"), noise, continuation)
+            chunk = self.runtime.act(inputs["prefix"], inputs.get("world"), noise)
+        else:
+            continuation = self.continuer.continuation(inputs["prefix"].stamp_ns)
+            chunk = self.runtime.act(inputs["prefix"], inputs.get("world"), noise, continuation)
+        if getattr(chunk, "fallback", False):  # a head's stand-in (pi0-FAST: undecodable tokens) never reaches the arm
+            raise ValueError(f"no chunk: {chunk.problem}")
+        return chunk
 
     def publish_result(self, step, sequence, result, now_ns) -> None:
         self.output_publisher.publish(chunk_to_msg(result, now_ns))
