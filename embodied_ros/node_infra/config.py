@@ -97,10 +97,6 @@ class InputsConfig:
 @dataclass(frozen=True)
 class StagesConfig:
     max_input_age_s: float = _doc("a stage skips its run when the observation behind its input is older", 1.0)
-    upstream_silence_s: float = _doc("free-running: an upstream stage heard nothing from this long while its "
-                                     "publisher is matched gets its subscription made anew, once per silence (a "
-                                     "DDS reader can stay stuck after its peer's process was killed and "
-                                     "restarted); 0: never", 3.0)
     noise_seed: int = _doc("seed of the action head's (and world predictor's) initial noise; -1: the bundle's "
                            "solver.noise_seed", -1)
     world_frames_every: int = _doc("the world predictor also publishes its prediction's last frame per camera, "
@@ -109,7 +105,6 @@ class StagesConfig:
 
     def __post_init__(self) -> None:
         _check(self.max_input_age_s > 0, f"stages.max_input_age_s must be positive, got {self.max_input_age_s}")
-        _check(self.upstream_silence_s >= 0, f"stages.upstream_silence_s must be >= 0, got {self.upstream_silence_s}")
         _check(self.world_frames_every >= 0, f"stages.world_frames_every must be >= 0, got {self.world_frames_every}")
         _check(self.noise_seed >= -1, f"stages.noise_seed must be >= 0, or -1 for the bundle's, got {self.noise_seed}")
 

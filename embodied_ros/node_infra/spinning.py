@@ -20,8 +20,40 @@ import traceback
 from typing import Callable
 
 import rclpy.logging
-from rclpy.executors import Executor, ExternalShutdownException
+from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.task import Future
+
+# a subscription found ready with nothing to take at this many waits in a row, over this long, is stuck
+STUCK_EMPTY_TAKES = 200
+STUCK_FOR_S = 2.0
+
+
+class GraphExecutor(SingleThreadedExecutor):
+    """The executor of the graph's nodes: a SingleThreadedExecutor that notices a stuck subscription,
+    one the wait set calls ready at every wait while it has nothing to take, and hands it to its
+    node's `renew_subscription`. After kill -9 and a restart of the inference host's processes, a
+    restarted stage's Fast DDS reader was seen in that state in 1-2 restarts of 25: the executor spun
+    at ~90% of a core in take_message, the callback never ran, the stage never ran again. (It
+    overrides rclpy's private `_take_subscription`; an rclpy without it spins as before.)"""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._empty_takes: dict[int, tuple[int, float]] = {}  # id(subscription) -> (count, since when)
+
+    def _take_subscription(self, sub):
+        call = super()._take_subscription(sub)
+        if call is not None:
+            self._empty_takes.pop(id(sub), None)
+            return call
+        count, since = self._empty_takes.get(id(sub), (0, time.monotonic()))
+        self._empty_takes[id(sub)] = count + 1, since
+        if count + 1 >= STUCK_EMPTY_TAKES and time.monotonic() - since >= STUCK_FOR_S:
+            del self._empty_takes[id(sub)]
+            owner = next((node for node in self.get_nodes() if sub in node.subscriptions), None)
+            renew = getattr(owner, "renew_subscription", None)
+            if renew is not None:
+                renew(sub)
+        return None
 
 
 class SpinThread:

@@ -73,50 +73,23 @@ class StageNode(GraphNode):
                                       slack_ns=step_ns // 2, resolves=self.runs_on_unchanged_input)
         self._timer: Timer | None = None
         self._read_upstream = self.drive.reader(by_step=self._upstream_of_step, newest=self._newest_upstream)
-        self._upstream_subscriptions = {name: self._subscribe_upstream(name) for name in self.upstreams}
-        self._heard_ns = dict.fromkeys(self.upstreams, 0)  # monotonic ns of each upstream's last message
-        self._renewed: set[str] = set()  # upstreams subscribed anew in their current silence
-        self.renewed_subscriptions = 0
+        for name in self.upstreams:
+            self.subscribe(StageOutput, stage_topic(name), partial(self._on_upstream, name), self.drive.stage_qos())
         self.output_publisher = self.make_output_publisher()
 
     def start(self) -> None:
         self._timer = self.drive.timer(self, self.trigger.timer_period_ns / 1e9, self._on_timer)
-        silence_s = self.config.stages.upstream_silence_s  # lock-step has no timers: /clock may pause
-        self._watch = self.drive.timer(self, silence_s / 2, self._renew_silent_upstreams) if silence_s > 0 else None
-        self._heard_ns = dict.fromkeys(self.upstreams, time.monotonic_ns())
 
     def stop(self) -> None:
-        for timer in (self._timer, self._watch):
-            if timer is not None:
-                self.drop(timer)
-        self._timer = self._watch = None
-
-    def _subscribe_upstream(self, name: str):
-        return self.subscribe(StageOutput, stage_topic(name), partial(self._on_upstream, name), self.drive.stage_qos())
-
-    def _renew_silent_upstreams(self) -> None:
-        """An upstream silent for stages.upstream_silence_s with a matched publisher gets a new subscription:
-        after kill -9 and restart of a peer, a Fast DDS reader was seen to stay ready while taking nothing
-        (its executor spinning in take_message, no callback), the stage never running again."""
-        now_ns, silence_ns = time.monotonic_ns(), seconds_to_ns(self.config.stages.upstream_silence_s)
-        for name, subscription in list(self._upstream_subscriptions.items()):
-            if (name in self._renewed or now_ns - self._heard_ns[name] < silence_ns
-                    or subscription.get_publisher_count() == 0):
-                continue
-            self.drop(subscription)
-            self._upstream_subscriptions[name] = self._subscribe_upstream(name)
-            self._renewed.add(name)
-            self.renewed_subscriptions += 1
-            self.get_logger().warning(f"nothing from {name} for {self.config.stages.upstream_silence_s:g} s with "
-                                      f"its publisher matched: subscribed anew")
+        if self._timer is not None:
+            self.drop(self._timer)
+            self._timer = None
 
     def on_step(self, step: int) -> None:
         self.gate.on_step(step)
         self._drain()
 
     def _on_upstream(self, name: str, msg: StageOutput) -> None:
-        self._heard_ns[name] = time.monotonic_ns()
-        self._renewed.discard(name)
         if not self.active:
             return
         try:
