@@ -45,6 +45,7 @@ WEIGHT_TYPES = {
     "bf16": GGMLQuantizationType.BF16,
     "q8_0": GGMLQuantizationType.Q8_0,
     "q4_k": GGMLQuantizationType.Q4_K,
+    "tq2_0": GGMLQuantizationType.TQ2_0,  # ternary (BitVLA); written only by its converter, never by a plan
 }
 TENSOR_TYPES = WEIGHT_TYPES | {  # every type a bundle may contain: weights + plain arrays
     "f64": GGMLQuantizationType.F64,

@@ -11,6 +11,9 @@ memory-mapped bundle, plus the logical shape. Rows are quantized independently a
         (high nibble). Scale bytes: for s < 4, sc = b[s] & 63, m = b[s+4] & 63; for s >= 4,
         sc = (b[s+4] & 15) | (b[s-4] >> 6) << 4, m = (b[s+4] >> 4) | (b[s] >> 6) << 4.
   bf16  1 weight in 2 bytes: the upper half of a float32.
+  tq2_0 256 ternary weights in 66 bytes: 64 bytes of 2-bit codes q + 1, then f16 d; w = d * q.
+        Byte 32*c + l holds weight 128*c + 32*n + l in bits 2n. (BitVLA's BitLinear weights; their
+        exact per-tensor scale travels beside them, models/bitvla/weights.py.)
 
 These are ggml's layouts, so a bundle's tensors read back through `gguf.quants.dequantize`
 unchanged. Here: the numpy reference dequantization (op "dequantize", the oracle) and its numba
@@ -40,6 +43,7 @@ QUANT_TYPES = {
     "q8_0": QuantType("q8_0", 32, 34),
     "q4_k": QuantType("q4_k", 256, 144),
     "bf16": QuantType("bf16", 1, 2),
+    "tq2_0": QuantType("tq2_0", 256, 66),
 }
 
 
@@ -134,7 +138,14 @@ def _dequantize_bf16(blocks: np.ndarray) -> np.ndarray:
     return (np.ascontiguousarray(blocks).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-_DEQUANTIZE_BLOCKS = {"q8_0": _dequantize_q8_0, "q4_k": _dequantize_q4_k, "bf16": _dequantize_bf16}
+def _dequantize_tq2_0(blocks: np.ndarray) -> np.ndarray:
+    # blocks: [n, 66] -> [n, 256]
+    codes = (blocks[:, :64].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3
+    return (codes.reshape(-1, 256).astype(np.float32) - 1.0) * _f16_field(blocks, 64)
+
+
+_DEQUANTIZE_BLOCKS = {"q8_0": _dequantize_q8_0, "q4_k": _dequantize_q4_k, "bf16": _dequantize_bf16,
+                      "tq2_0": _dequantize_tq2_0}
 
 
 def random_quant_tensor(rng: np.random.Generator, qtype: str, shape: tuple[int, ...]) -> QuantTensor:
@@ -251,7 +262,9 @@ def dequantize_bf16_rows(data, out_bits):
 def dequantize_rows_into(tensor: QuantTensor, start: int, stop: int, out: np.ndarray) -> None:
     """Rows start..stop of a 2-D QuantTensor, dequantized by numba into out: [stop - start, in] float32."""
     data = tensor.data[start:stop]
-    if tensor.qtype == "q8_0":
+    if tensor.qtype == "tq2_0":  # no numba decoder: BitVLA repacks these for its own product
+        out[:] = dequantize(QuantTensor("tq2_0", (stop - start, tensor.shape[-1]), data))
+    elif tensor.qtype == "q8_0":
         dequantize_q8_0_rows(data, F16_TO_F32, out)
     elif tensor.qtype == "q4_k":
         dequantize_q4_k_rows(data, F16_TO_F32, out)
