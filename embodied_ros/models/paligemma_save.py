@@ -225,22 +225,11 @@ def gemma_from_weights(weights, stack: str, variant_name: str, hints) -> GemmaCo
                        num_kv_heads=kv_rows // head_dim, head_dim=head_dim)
 
 
-def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray], hints) -> Pi05Config:
-    from embodied_ros.models.pi05.config import DEFAULT_ACTION_PERIOD_S, Pi05Config, camera_name
+def robot_io(raw: Mapping[str, Any], hints: Mapping[str, Any]) -> tuple[list, list, list, tuple]:
+    """A LeRobot PaliGemma policy config's cameras, state names, action names and which actions are
+    relative (use_relative_actions), with generic names where the save gives none."""
+    from embodied_ros.models.pi05.config import camera_name
 
-    patch_features = weights["vision.patch.weight"].shape[1]
-    patch = int(round((patch_features / 3) ** 0.5))
-    tokens = weights["vision.position"].shape[0]
-    side = int(round(tokens ** 0.5))
-    width = weights["vision.patch.weight"].shape[0]
-    vision = VisionConfig(image_size=side * patch, patch_size=patch, width=width,
-                          depth=layer_count(weights, "vision"),
-                          mlp_dim=weights["vision.blk.0.fc1.weight"].shape[0],
-                          num_heads=heads_of(hints, "vision", SIGLIP_SO400M, width, "num_heads"))
-    resolution = tuple(raw.get("image_resolution", (vision.image_size, vision.image_size)))
-    if resolution != (vision.image_size, vision.image_size):
-        raise ValueError(f"config image_resolution {resolution} disagrees with the vision weights "
-                         f"({side}x{side} patches of {patch} = {vision.image_size})")
     features = raw.get("input_features", {})
     cameras = [camera_name(key) for key, f in features.items() if f.get("type") == "VISUAL"]
     cameras += [f"empty_camera_{i}" for i in range(int(raw.get("empty_cameras", 0)))]
@@ -257,6 +246,26 @@ def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray
     if raw.get("use_relative_actions"):
         excluded = tuple(raw.get("relative_exclude_joints") or ())
         relative = tuple(not any(part in name for part in excluded) for name in action_names)
+    return cameras, state_names, action_names, relative
+
+
+def config_from_lerobot(raw: Mapping[str, Any], weights: Mapping[str, np.ndarray], hints) -> Pi05Config:
+    from embodied_ros.models.pi05.config import DEFAULT_ACTION_PERIOD_S, Pi05Config
+
+    patch_features = weights["vision.patch.weight"].shape[1]
+    patch = int(round((patch_features / 3) ** 0.5))
+    tokens = weights["vision.position"].shape[0]
+    side = int(round(tokens ** 0.5))
+    width = weights["vision.patch.weight"].shape[0]
+    vision = VisionConfig(image_size=side * patch, patch_size=patch, width=width,
+                          depth=layer_count(weights, "vision"),
+                          mlp_dim=weights["vision.blk.0.fc1.weight"].shape[0],
+                          num_heads=heads_of(hints, "vision", SIGLIP_SO400M, width, "num_heads"))
+    resolution = tuple(raw.get("image_resolution", (vision.image_size, vision.image_size)))
+    if resolution != (vision.image_size, vision.image_size):
+        raise ValueError(f"config image_resolution {resolution} disagrees with the vision weights "
+                         f"({side}x{side} patches of {patch} = {vision.image_size})")
+    cameras, state_names, action_names, relative = robot_io(raw, hints)
     return Pi05Config(
         vision=vision,
         lm=gemma_from_weights(weights, "lm", raw.get("paligemma_variant", ""), hints),

@@ -1,4 +1,4 @@
-"""A model family's config: the fields and checks every flow-matching VLA's config shares, the config as
+"""A model family's config: the fields and checks every action-chunk VLA's config shares, the config as
 plain values and back, its split into a bundle's sections (model, solver, robot metadata) and back, and
 the stage contract's spec of a family whose `act` samples an action chunk from noise."""
 
@@ -15,7 +15,7 @@ ROBOT_KEYS = ("state_names", "action_names", "action_period_s")  # a config's ro
 
 
 class ActionChunkConfig:
-    """What a flow-matching VLA's config dataclass derives from its fields: state and action sizes,
+    """What a VLA's config dataclass derives from its fields: state and action sizes,
     the LM's embedding scale, and the checks every such config makes."""
 
     relative_action_mask: tuple[bool, ...] = ()  # absolute actions, unless the family's config has the field

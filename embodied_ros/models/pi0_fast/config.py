@@ -7,7 +7,6 @@ and tensor shapes (models/pi0_fast/convert.py). Full size is PaliGemma's: SigLIP
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -40,7 +39,7 @@ class TokenIds:
 
 
 @dataclass(frozen=True)
-class Pi0FastConfig:
+class Pi0FastConfig(configs.ActionChunkConfig):  # its embed_scale: transformers' Gemma scales by sqrt(width)
     vision: VisionConfig
     lm: GemmaConfig
     vocab_size: int  # rows of the LM's token embeddings and output
@@ -85,18 +84,6 @@ class Pi0FastConfig:
                     f"relative actions need one flag per action ({self.action_dim}) and a state at least as long, "
                     f"got {len(self.relative_action_mask)} flags and {self.state_dim} state values")
 
-    @property
-    def action_dim(self) -> int:
-        return len(self.action_names)
-
-    @property
-    def state_dim(self) -> int:
-        return len(self.state_names)
-
-    @property
-    def embed_scale(self) -> float:
-        """Token embeddings enter the LM times sqrt(width) (transformers' Gemma embedding scales them)."""
-        return math.sqrt(self.lm.width)
 
     @property
     def expert(self) -> GemmaConfig:

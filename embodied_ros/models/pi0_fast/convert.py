@@ -30,7 +30,6 @@ from embodied_ros.models.kit import lerobot_save
 from embodied_ros.models.pi0_fast.config import ARCHITECTURE, DEFAULT_ACTION_PERIOD_S, Pi0FastConfig
 from embodied_ros.models.pi0_fast.tokens import token_ids_of
 from embodied_ros.models.pi0_fast.weights import check_weights, rename_lerobot, tensor_group
-from embodied_ros.models.pi05.config import camera_name
 from embodied_ros.sequence.tokenizer import PromptTokenizer
 
 CONFIG_FILE, WEIGHTS_FILE = lerobot_save.CONFIG_FILE, lerobot_save.WEIGHTS_FILE
@@ -80,22 +79,7 @@ def config_from_lerobot(raw: Mapping[str, Any], weights, hints, tokenizer: Promp
     if float(hints.get("temperature", raw.get("temperature", 0.0))) != 0.0:
         raise ValueError(f"the save samples its tokens (temperature {raw.get('temperature')}); this runtime decodes "
                          "greedily: pass --set temperature=0 to convert it for greedy decoding")
-    features = raw.get("input_features", {})
-    cameras = [camera_name(key) for key, f in features.items() if f.get("type") == "VISUAL"]
-    cameras += [f"empty_camera_{i}" for i in range(int(raw.get("empty_cameras", 0)))]
-    cameras = list(dict.fromkeys(cameras))  # validate_features adds the empty cameras to input_features too
-    state_dim = int(features.get("observation.state", {}).get("shape", [0])[0])
-    action_dim = int(raw.get("output_features", {}).get("action", {}).get("shape", [0])[0])
-    action_names = list(raw.get("action_feature_names") or [])
-    if len(action_names) != action_dim:
-        action_names = [f"action_{i}" for i in range(action_dim)]
-    state_names = list(hints.get("state_names") or [])
-    if len(state_names) != state_dim:
-        state_names = [f"state_{i}" for i in range(state_dim)]
-    relative = ()
-    if raw.get("use_relative_actions"):
-        excluded = tuple(raw.get("relative_exclude_joints") or ())
-        relative = tuple(not any(part in name for part in excluded) for name in action_names)
+    cameras, state_names, action_names, relative = paligemma.robot_io(raw, hints)
     return Pi0FastConfig(
         vision=vision, lm=paligemma.gemma_from_weights(weights, "lm", raw.get("paligemma_variant", ""), hints),
         vocab_size=weights["lm.token_embd"].shape[0], camera_names=tuple(cameras), state_names=tuple(state_names),
