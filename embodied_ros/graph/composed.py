@@ -22,7 +22,7 @@ from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.graph.readiness import wait_for_state
 from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.node_infra.node_table import graph_nodes, node_class, node_spec
-from embodied_ros.node_infra.spinning import GraphExecutor, SpinThread
+from embodied_ros.node_infra.spinning import SpinThread
 from embodied_ros.node_infra.transport import ResultStore
 from embodied_ros.nodes.params import node_parameters
 from embodied_ros.nodes.run import bring_up
@@ -90,13 +90,13 @@ class ComposedGraph:
             self.nodes[name] = node_class(name)(
                 runtime=runtime, store=store, parameters=parameters, context=self.context,
                 namespace=self.namespace, cli_args=self.cli_args or None)
-        control = GraphExecutor(context=self.context)
+        control = SingleThreadedExecutor(context=self.context)
         self._spinners = [SpinThread(control, "graph-control")]
         for name, node in self.nodes.items():
             if node_spec(name).control:
                 control.add_node(node)
             else:  # one thread per stage: stages compute in parallel
-                executor = GraphExecutor(context=self.context)
+                executor = SingleThreadedExecutor(context=self.context)
                 executor.add_node(node)
                 self._spinners.append(SpinThread(executor, f"graph-{name}"))
         for spinner in self._spinners:

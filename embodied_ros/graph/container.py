@@ -24,6 +24,7 @@ from rclpy.utilities import remove_ros_args
 from embodied_ros.graph.composed import ComposedGraph
 from embodied_ros.node_infra.config import GraphConfig, load_config
 from embodied_ros.node_infra.paths import default_config
+from embodied_ros.node_infra.spinning import StallWatch
 from embodied_ros.nodes.run import ignore_ending_signals, stop_requested, stopped_by_signals
 from embodied_ros.pipeline.stages import Runtime
 
@@ -73,9 +74,11 @@ def serve(config: GraphConfig, argv: list[str], runtime: Runtime | None = None) 
         ros_args = ros_arguments(argv)  # the controller's own process takes the same namespace and remaps
         graph = ComposedGraph(config, context=rclpy.get_default_context(), runtime=runtime,
                               cli_args=["--ros-args", *ros_args] if ros_args else ())
+        watch = StallWatch(config.compute.stall_exit_s)
         try:
             graph.start()
             logger.info(f"graph active: {', '.join(graph.nodes)}")
+            watch.start()
             while rclpy.ok() and not stop_requested() and not (failure := graph.failure()):
                 time.sleep(0.2)
         except KeyboardInterrupt:
@@ -83,6 +86,7 @@ def serve(config: GraphConfig, argv: list[str], runtime: Runtime | None = None) 
         except (OSError, ValueError, RuntimeError) as error:
             failure = _one_line(error)
         finally:
+            watch.stop()
             ignore_ending_signals()
             not_deactivated = graph.stop()
             if not_deactivated:

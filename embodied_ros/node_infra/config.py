@@ -275,9 +275,14 @@ class ComputeConfig:
     stage_turns: bool = _doc("the stages of one process make their model calls in turn, not at once: each call's "
                              "parallel kernels use every core, so calls at once only take the cores from one "
                              "another (false: at once)", True)
+    stall_exit_s: float = _doc("a graph process whose Python interpreter stays held this long (a call into the "
+                               "middleware or a kernel that never returns) writes every thread's stack to its log "
+                               "and exits with status 1, for launch's respawn or a supervisor to restart it; 0: "
+                               "never", 30.0)
 
     def __post_init__(self) -> None:
         _check(self.blas_threads >= 0, f"compute.blas_threads must be >= 0, got {self.blas_threads}")
+        _check(self.stall_exit_s >= 0, f"compute.stall_exit_s must be >= 0, got {self.stall_exit_s}")
         _check(0 <= self.stage_nice <= 19, f"compute.stage_nice must be 0 to 19, got {self.stage_nice}")
 
 

@@ -13,6 +13,7 @@ six executors of a composed graph, taken from the model.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import signal
 import threading
 import time
@@ -20,40 +21,39 @@ import traceback
 from typing import Callable
 
 import rclpy.logging
-from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import Executor, ExternalShutdownException
 from rclpy.task import Future
 
-# a subscription found ready with nothing to take at this many waits in a row, over this long, is stuck
-STUCK_EMPTY_TAKES = 200
-STUCK_FOR_S = 2.0
+class StallWatch:
+    """Ends the process when its interpreter stays held for `limit_s`, which Python itself cannot see:
+    a thread re-arms faulthandler's timer several times within the limit, and faulthandler's own C thread, which needs
+    no interpreter, fires when no re-arm came, writes every thread's stack to stderr (the node's log)
+    and exits with status 1, for launch's respawn or a supervisor to restart the process. Seen after
+    kill -9 and a restart of the inference host's processes, about once in 25 restarts: a restarted
+    stage's take_message in rmw_fastrtps never returned, holding the interpreter (py-spy: its spin
+    thread "active+gil" at the take, ~90% of a core; every other thread, timers and /diagnostics
+    included, stopped), so the process was alive and served nothing."""
 
+    def __init__(self, limit_s: float):
+        self.limit_s = limit_s
+        self.beat_s = min(1.0, limit_s / 4)  # re-arms well inside the limit
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="stall-watch", daemon=True)
 
-class GraphExecutor(SingleThreadedExecutor):
-    """The executor of the graph's nodes: a SingleThreadedExecutor that notices a stuck subscription,
-    one the wait set calls ready at every wait while it has nothing to take, and hands it to its
-    node's `renew_subscription`. After kill -9 and a restart of the inference host's processes, a
-    restarted stage's Fast DDS reader was seen in that state in 1-2 restarts of 25: the executor spun
-    at ~90% of a core in take_message, the callback never ran, the stage never ran again. (It
-    overrides rclpy's private `_take_subscription`; an rclpy without it spins as before.)"""
+    def start(self) -> None:
+        if self.limit_s > 0:
+            self._thread.start()
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._empty_takes: dict[int, tuple[int, float]] = {}  # id(subscription) -> (count, since when)
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2 * self.beat_s)
+        faulthandler.cancel_dump_traceback_later()
 
-    def _take_subscription(self, sub):
-        call = super()._take_subscription(sub)
-        if call is not None:
-            self._empty_takes.pop(id(sub), None)
-            return call
-        count, since = self._empty_takes.get(id(sub), (0, time.monotonic()))
-        self._empty_takes[id(sub)] = count + 1, since
-        if count + 1 >= STUCK_EMPTY_TAKES and time.monotonic() - since >= STUCK_FOR_S:
-            del self._empty_takes[id(sub)]
-            owner = next((node for node in self.get_nodes() if sub in node.subscriptions), None)
-            renew = getattr(owner, "renew_subscription", None)
-            if renew is not None:
-                renew(sub)
-        return None
+    def _beat(self) -> None:
+        while not self._stopped.is_set():
+            faulthandler.dump_traceback_later(self.limit_s, exit=True)
+            self._stopped.wait(self.beat_s)
 
 
 class SpinThread:

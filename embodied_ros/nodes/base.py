@@ -21,7 +21,7 @@ from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.node_infra.drive import Drive, drive_for
 from embodied_ros.node_infra.polled import PolledGroup, PolledSubscription, ignore_message
 from embodied_ros.node_infra.schedule import StepClock
-from embodied_ros.node_infra.spinning import STUCK_FOR_S, PeriodicThread
+from embodied_ros.node_infra.spinning import PeriodicThread
 from embodied_ros.node_infra.stats import StageStats
 from embodied_ros.node_infra.topics import DIAGNOSTICS, DIAGNOSTICS_QOS, TIMING
 from embodied_ros.node_infra.transport import PROCESS_STORE, ResultStore, timing_msg
@@ -53,7 +53,6 @@ class GraphNode(LifecycleNode):
         self.polled_group = PolledGroup()
         self._polled: list[PolledSubscription] = []
         self._entities: list[tuple[Callable[[Any], Any], Any]] = []
-        self.renewed_subscriptions = 0  # stuck subscriptions made anew (renew_subscription)
         self._diagnostics_thread: PeriodicThread | None = None
 
     # lifecycle ----------------------------------------------------------------------------------
@@ -144,18 +143,6 @@ class GraphNode(LifecycleNode):
                                                 event_callbacks=event_callbacks)
         self._entities.append((self.destroy_subscription, subscription))
         return subscription
-
-    def renew_subscription(self, stuck) -> None:
-        """Make the subscription `stuck` anew (node_infra/spinning.py: GraphExecutor found it ready at
-        every wait with nothing to take)."""
-        topic = stuck.topic_name
-        fresh = self.create_subscription(stuck.msg_type, topic, stuck.callback, stuck.qos_profile,
-                                         callback_group=stuck.callback_group, raw=stuck.raw)
-        self._entities = [(destroy, fresh if owned is stuck else owned) for destroy, owned in self._entities]
-        self.destroy_subscription(stuck)
-        self.renewed_subscriptions += 1
-        self.get_logger().warning(f"the subscription to {topic} was ready at every wait with nothing to take "
-                                  f"for {STUCK_FOR_S:g} s: subscribed anew")
 
     def subscribe_newest(self, msg_type, topic: str, callback, qos, event_callbacks=None):
         """An input of which only the newest message counts (a camera, joint states). Free-running it is

@@ -14,14 +14,14 @@ import time
 from typing import Callable, Iterable
 
 import rclpy
-from rclpy.executors import Executor
+from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 
 from embodied_ros.kernels.cpu.jit import share_cores_with_other_processes
 from embodied_ros.node_infra.node_table import NODE_NAMES, node_spec
-from embodied_ros.node_infra.spinning import GraphExecutor, SpinThread
+from embodied_ros.node_infra.spinning import SpinThread, StallWatch
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _STOP = threading.Event()  # set by the first ending signal, whether or not its KeyboardInterrupt arrives
@@ -180,9 +180,14 @@ def run_node(node_class, args=None) -> None:
             if node.get_parameter("autostart").value and bring_up([node], _STOP_ONLY_RECORDED.set):
                 node.get_logger().fatal("could not start; see the error above")
                 sys.exit(1)
-            executor = GraphExecutor()  # diagnostics have their own thread (nodes/base.py)
+            executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
             executor.add_node(node)
-            spin_until_stopped(executor, getattr(node, "prepare_spin_thread", lambda: None))
+            watch = StallWatch(node.get_parameter("compute.stall_exit_s").value)
+            watch.start()
+            try:
+                spin_until_stopped(executor, getattr(node, "prepare_spin_thread", lambda: None))
+            finally:
+                watch.stop()
         except KeyboardInterrupt:
             pass
         except SpinFailed as error:
