@@ -36,6 +36,7 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-write", action="store_true", help="do not write BENCHMARKS.md's pi0_fast_tiny section")
     parser.add_argument("--torch-side", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -167,10 +168,21 @@ def main(argv=None) -> int:
         rows.append({"case": key, "tokens": generated, "same ids": "yes" if same else "NO",
                      "ours p50 ms": mine, "PyTorch p50 ms": other, "PyTorch / ours": other / mine,
                      "ours best ms": min(ours[key]["runs_ms"]), "PyTorch best ms": min(theirs[key]["runs_ms"])})
-    print(common.markdown_table(rows))
+    table = common.markdown_table(rows)
+    print(table)
     total_ours, total_theirs = sum(row["ours p50 ms"] for row in rows), sum(row["PyTorch p50 ms"] for row in rows)
-    print(f"sum of the cases' p50: ours {total_ours:.2f} ms, PyTorch {total_theirs:.2f} ms, "
-          f"PyTorch / ours = {total_theirs / total_ours:.2f}x; load average now {os.getloadavg()[0]:.2f}")
+    summary = (f"sum of the cases' p50: ours {total_ours:.2f} ms, PyTorch {total_theirs:.2f} ms, "
+               f"PyTorch / ours = {total_theirs / total_ours:.2f}x; load average now {os.getloadavg()[0]:.2f}")
+    print(summary)
+    if not args.no_write:
+        body = (f"{args.record.name}, F32 bundle, {args.threads} threads, {args.rounds} rounds x {args.repeats} chunks "
+                f"per case and side, alternating; LeRobot {versions.get('lerobot')} PI0FastPolicy."
+                f"predict_action_chunk, torch {versions.get('torch')}, eager float32 with its KV cache. A chunk: "
+                "SigLIP, the prefix pass, greedy decoding until \"|\" or max_decoding_steps, FAST "
+                f"detokenization.\n\n{table}\n\n{summary}")
+        common.write_section(common.BENCHMARKS_MD, "pi0_fast_tiny", body,
+                             command="python benchmarks/bench_pi0_fast.py " + " ".join(sys.argv[1:]),
+                             machine=common.machine_line())
     return 0 if all(row["same ids"] == "yes" for row in rows) else 1
 
 
