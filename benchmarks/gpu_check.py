@@ -57,12 +57,14 @@ FULL = dict(prefix=968, gemma=2048, gemma_mlp=16384, expert=1024, expert_mlp=409
             # SmolVLA: SmolLM2 layers 960 wide (MLP 2560) over 3 images x 64 + 48 text + 1 state tokens,
             # an expert 720 wide; GR00T N1.7: Qwen3-VL's patch merger, 2x2 patches of 1024 (4096), over
             # the 64 tokens of a 256 px image
-            smolvla_prefix=241, smolvla_mlp=2560, smolvla_expert=720, groot_merged=64, groot_merger=4096)
+            smolvla_prefix=241, smolvla_mlp=2560, smolvla_expert=720, groot_merged=64, groot_merger=4096,
+            bitvla_tokens=620, bitvla=2560, bitvla_mlp=6912)  # BitVLA: the BitNet 2B LM over 620 positions
 TINY = dict(prefix=9, gemma=256, gemma_mlp=4, expert=256, expert_mlp=3, heads=2, head_dim=8,
             actions=2, siglip=24, patches=3, siglip_heads=2, siglip_mlp=16,
             wan=32, wan_heads=2, wan_mlp=24, wan_grid=(1, 2, 2),
             gemm_prefix=129, gemm_wan_tokens=130,  # tensor-core cases: at least 128 rows
-            smolvla_prefix=5, smolvla_mlp=7, smolvla_expert=6, groot_merged=3, groot_merger=10)
+            smolvla_prefix=5, smolvla_mlp=7, smolvla_expert=6, groot_merged=3, groot_merger=10,
+            bitvla_tokens=4, bitvla=40, bitvla_mlp=12)
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,16 @@ def cases(d: dict) -> list[Case]:
              lambda r: (_normal(r, a, d["smolvla_expert"], scale=3),)),
         Case(f"groot merger gelu_erf [{d['groot_merged']}, {d['groot_merger']}]", "gelu_erf",
              lambda r: (_normal(r, d["groot_merged"], d["groot_merger"], scale=3),)),
+        Case(f"bitvla linear_ternary [{d['bitvla_tokens']} x {d['bitvla']} -> {d['bitvla_mlp']}]", "linear_ternary",
+             lambda r: (_normal(r, d["bitvla_tokens"], d["bitvla"]), _ternary(r, d["bitvla_mlp"], d["bitvla"]),
+                        None)),
     ]
+
+
+def _ternary(rng: np.random.Generator, n_out: int, n_in: int):
+    from embodied_ros.kernels.cpu.ternary_gemm import pack_ternary, ternarize
+
+    return pack_ternary(*ternarize(rng.standard_normal((n_out, n_in), dtype=np.float32)))
 
 
 def _to_device_args(args: tuple) -> tuple:

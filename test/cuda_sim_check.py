@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 from embodied_ros.kernels import registry  # noqa: E402
 from embodied_ros.kernels.cuda.runtime import DeviceTensor, to_device  # noqa: E402
 from embodied_ros.kernels.attention import MASKED  # noqa: E402
+from embodied_ros.kernels.cpu.ternary_gemm import pack_ternary, ternarize  # noqa: E402
 from embodied_ros.kernels.quant import random_quant_tensor  # noqa: E402
 from embodied_ros.kernels.rope import rope_tables  # noqa: E402
 from embodied_ros.kernels.rope3d import rope3d_tables  # noqa: E402
@@ -96,6 +97,10 @@ def cases():
     yield "dequantize", "q8_0", (random_quant_tensor(rng, "q8_0", (2, 64)),)
     yield "dequantize", "q4_k 3-d", (random_quant_tensor(rng, "q4_k", (2, 1, 512)),)
     yield "dequantize", "bf16", (random_quant_tensor(rng, "bf16", (3, 5)),)
+    ternary = pack_ternary(*ternarize(normal(12, 40)))
+    yield "linear_ternary", "3 rows + bias", (normal(3, 40, scale=3.0), ternary, normal(12))
+    yield "linear_ternary", "leading dims, an all-zero row", (np.concatenate([normal(1, 2, 40), np.zeros((1, 1, 40),
+                                                                              np.float32)], axis=1), ternary, None)
 
 
 def compare(op: str, got, args) -> float:

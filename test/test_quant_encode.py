@@ -8,7 +8,7 @@ from gguf import GGMLQuantizationType as GGML
 from embodied_ros.bundle import QuantTensor, encode_q4_k, quantization_error, quantize
 from embodied_ros.kernels.quant import QUANT_TYPES, dequantize, dequantize_numba, random_quant_tensor
 
-_GGML = {"q8_0": GGML.Q8_0, "q4_k": GGML.Q4_K, "bf16": GGML.BF16}
+_GGML = {"q8_0": GGML.Q8_0, "q4_k": GGML.Q4_K, "bf16": GGML.BF16, "tq2_0": GGML.TQ2_0}
 
 
 @pytest.mark.parametrize("shape", [(1, 256), (3, 512), (2, 3, 768), (5, 1024)])

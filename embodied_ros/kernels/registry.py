@@ -24,7 +24,7 @@ BACKENDS = ("numpy", "numba", "cuda")
 # reference and its numba kernel (their machinery is in cpu/); cuda/ holds the CUDA implementations.
 OP_MODULES = ("activations", "attention", "gelu_erf", "linear", "linear_bf16", "linear_int8", "modulation", "norms",
               "qk_norm", "quant", "rope", "rope3d", "silu", "cpu.ternary_gemm",
-              "cuda.attention", "cuda.elementwise", "cuda.linear", "cuda.norms", "cuda.rope")
+              "cuda.attention", "cuda.elementwise", "cuda.linear", "cuda.norms", "cuda.rope", "cuda.ternary")
 
 
 @dataclass(frozen=True)

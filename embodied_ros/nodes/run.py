@@ -21,6 +21,7 @@ from rclpy.utilities import remove_ros_args
 
 from embodied_ros.kernels.cpu.jit import share_cores_with_other_processes
 from embodied_ros.node_infra.node_table import NODE_NAMES, node_spec
+from embodied_ros.node_infra.config import ComputeConfig
 from embodied_ros.node_infra.spinning import SpinThread, StallWatch
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -114,6 +115,8 @@ def _wait_for_parent_exit(parent: int) -> None:
         os.close(pidfd)
 
 
+STALL_LIMIT = "compute.stall_exit_s"
+
 class SpinFailed(RuntimeError):
     """The thread spinning a process's executor ended with an error."""
 
@@ -182,7 +185,8 @@ def run_node(node_class, args=None) -> None:
                 sys.exit(1)
             executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
             executor.add_node(node)
-            watch = StallWatch(node.get_parameter("compute.stall_exit_s").value)
+            watch = StallWatch(node.get_parameter(STALL_LIMIT).value if node.has_parameter(STALL_LIMIT)
+                               else ComputeConfig().stall_exit_s)  # a node of the graph, or another
             watch.start()
             try:
                 spin_until_stopped(executor, getattr(node, "prepare_spin_thread", lambda: None))
