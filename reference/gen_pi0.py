@@ -16,7 +16,6 @@ from __future__ import annotations
 import common
 import lerobot_tiny as tiny
 
-import numpy as np
 import torch
 
 DEFAULTS = {
@@ -117,25 +116,9 @@ def main() -> None:
                                                noise=obs["noise"].clone())[0, :, :spec["action_dim"]]
             slot_order[k] = float((slotted - actions[k]).abs().max())
 
-    arrays = {}
-    for k, obs in enumerate(observations):
-        _, images, masks = tiny.pi_model_order(obs)
-        arrays[f"case{k}_images"] = images.numpy()
-        arrays[f"case{k}_image_masks"] = masks
-        arrays[f"case{k}_tokens"] = obs["tokens"][0].numpy().astype(np.int64)
-        arrays[f"case{k}_token_mask"] = obs["token_mask"][0].numpy()
-        arrays[f"case{k}_state"] = obs["state"][0].numpy()
-        arrays[f"case{k}_noise"] = obs["noise"][0].numpy()
-        arrays[f"case{k}_actions"] = actions[k].numpy()
-    arrays["case0_image_embeddings"] = embeddings.numpy()
-    arrays["case0_prefix_hidden"] = taps["prefix_hidden"][0].numpy()
-    arrays["case0_prefix_pad_mask"] = taps["pad_mask"][0].numpy()
-    for label, layer in (("layer0", 0), ("layerLAST", spec["lm"]["depth"] - 1)):
-        arrays[f"case0_prefix_k_{label}"] = taps["cache"][layer][0].numpy()
-        arrays[f"case0_prefix_v_{label}"] = taps["cache"][layer][1].numpy()
+    arrays = tiny.pi_record_arrays(observations, actions, embeddings, taps, spec["lm"]["depth"], state=True)
     arrays["case0_suffix_embeds_step0"] = taps["suffix"][0].numpy()
     arrays["case0_suffix_hidden_step0"] = taps["suffix_hidden"][0].numpy()
-    arrays["case0_velocity_step0"] = taps["velocity"][0].numpy()
 
     text, expert = joint.paligemma.config.text_config, joint.gemma_expert.config
     tokens_per_camera = (size // spec["patch_size"]) ** 2

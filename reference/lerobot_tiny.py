@@ -118,6 +118,32 @@ def draw_pi_case(generator: torch.Generator, spec: dict, case: dict, cameras: li
             "state": drawn_state, "noise": noise, "present": present, "missing": missing}
 
 
+def pi_record_arrays(observations: list, actions: list, embeddings, taps: dict, depth: int,
+                     state: bool) -> dict[str, np.ndarray]:
+    """A pi0 / pi0.5 model-level record's arrays: each case's inputs and actions, case 0's taps
+    (the image embeddings, the prefix's last hidden state, pad mask and first/last layer K/V, the
+    first solver step's velocity). `state`: the model reads the state (pi0)."""
+    arrays = {}
+    for k, obs in enumerate(observations):
+        _, images, masks = pi_model_order(obs)
+        arrays[f"case{k}_images"] = images.numpy()
+        arrays[f"case{k}_image_masks"] = masks
+        arrays[f"case{k}_tokens"] = obs["tokens"][0].numpy().astype(np.int64)
+        arrays[f"case{k}_token_mask"] = obs["token_mask"][0].numpy()
+        if state:
+            arrays[f"case{k}_state"] = obs["state"][0].numpy()
+        arrays[f"case{k}_noise"] = obs["noise"][0].numpy()
+        arrays[f"case{k}_actions"] = actions[k].numpy()
+    arrays["case0_image_embeddings"] = embeddings.numpy()
+    arrays["case0_prefix_hidden"] = taps["prefix_hidden"][0].numpy()
+    arrays["case0_prefix_pad_mask"] = taps["pad_mask"][0].numpy()
+    for label, layer in (("layer0", 0), ("layerLAST", depth - 1)):
+        arrays[f"case0_prefix_k_{label}"] = taps["cache"][layer][0].numpy()
+        arrays[f"case0_prefix_v_{label}"] = taps["cache"][layer][1].numpy()
+    arrays["case0_velocity_step0"] = taps["velocity"][0].numpy()
+    return arrays
+
+
 def pi_model_order(obs: dict) -> tuple[list[int], torch.Tensor, np.ndarray]:
     """The cameras in the order LeRobot's pi0 / pi0.5 feed them (present first), their images with
     zeros for a missing camera, and the masks."""
