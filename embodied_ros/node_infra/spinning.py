@@ -26,10 +26,11 @@ from rclpy.task import Future
 
 class StallWatch:
     """Ends the process when its interpreter stays held for `limit_s`, which Python itself cannot see:
-    a thread re-arms faulthandler's timer several times within the limit, and faulthandler's own C thread, which needs
-    no interpreter, fires when no re-arm came, writes every thread's stack to stderr (the node's log)
-    and exits with status 1, for launch's respawn or a supervisor to restart the process. Seen after
-    kill -9 and a restart of the inference host's processes, about once in 25 restarts: a restarted
+    a thread re-arms faulthandler's timer several times within the limit, and faulthandler's own C
+    thread, which needs no interpreter, fires when no re-arm came, writes every thread's stack to
+    stderr (the node's log) and exits with status 1, for launch's respawn or a supervisor to restart
+    the process. Seen after kill -9 and a restart of the inference host's processes, about once in
+    30 restarts (9 in 275): a restarted
     stage's take_message in rmw_fastrtps never returned, holding the interpreter (py-spy: its spin
     thread "active+gil" at the take, ~90% of a core; every other thread, timers and /diagnostics
     included, stopped), so the process was alive and served nothing."""

@@ -28,14 +28,14 @@ import numpy as np
 
 from embodied_ros.inputs.compressed import decoded_rgb8, encoded_rgb8
 from embodied_ros.inputs.errors import ImageFormatError
-from embodied_ros.node_infra.config import WIRE_DTYPES, TransportConfig
+from embodied_ros.node_infra.config import IMAGE_CODECS, WIRE_DTYPES, TransportConfig
 from embodied_ros.inputs.stamps import ns_to_duration, ns_to_time, seconds_to_ns, time_to_ns
 from embodied_ros.msg import ActionChunk, StageOutput, StageTiming, Tensor
 from embodied_ros.pipeline.types import ActionChunkResult, Observation, StageResult
 
 Payload = Union[Observation, StageResult]
 UTF8 = "utf8"
-IMAGE_TENSOR_CODECS = ("jpeg", "png")
+IMAGE_TENSOR_CODECS = tuple(codec for codec in IMAGE_CODECS if codec != "raw")  # Tensor dtypes of encoded images
 BFLOAT16 = "bfloat16"  # the upper 16 bits of a float32, rounded to nearest even (numpy has no such type)
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
