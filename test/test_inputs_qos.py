@@ -244,7 +244,7 @@ def test_a_publisher_discovery_has_not_named_yet_is_named_once_it_is_known():
     publisher = SimpleNamespace(node_name=UNKNOWN_NODE_NAME, node_namespace="_NODE_NAMESPACE_UNKNOWN_",
                                 qos_profile=qos_profile_sensor_data)
     warnings, notes, made = [], [], {}
-    node = SimpleNamespace(get_publishers_info_by_topic=lambda topic: [publisher],
+    node = SimpleNamespace(get_publishers_info_by_topic=lambda topic: [publisher], resolve_topic_name=lambda t: f"/{t}",
                            get_logger=lambda: SimpleNamespace(warning=warnings.append))
 
     def subscribe(msg_type, topic, callback, qos, events):
@@ -264,3 +264,29 @@ def test_a_publisher_discovery_has_not_named_yet_is_named_once_it_is_known():
                                         "the subscription requests reliable")
     mismatches.name_unnamed(lambda name: True)  # named: nothing more to say
     assert len(notes) == 3 and len(warnings) == 1
+
+
+def test_an_event_that_comes_before_its_subscription_is_made_is_explained():
+    """An executor on another thread can run the subscription's events before `create_subscription` returns."""
+    from types import SimpleNamespace
+
+    from rclpy.qos import QoSPolicyKind
+
+    from embodied_ros.node_infra.topics import INSTRUCTION_ANY_QOS
+    from embodied_ros.nodes.input_qos import InputMismatches
+
+    publisher = SimpleNamespace(node_name="talker", node_namespace="/", qos_profile=qos_profile_sensor_data)
+    notes = []
+    node = SimpleNamespace(get_publishers_info_by_topic=lambda topic: [publisher] if topic == "/robot/instruction" else [],
+                           resolve_topic_name=lambda topic: f"/robot/{topic}",
+                           get_logger=lambda: SimpleNamespace(warning=lambda text: None))
+
+    def subscribe_and_hear_at_once(msg_type, topic, callback, qos, events):
+        events.incompatible_qos(SimpleNamespace(last_policy_kind=QoSPolicyKind.RELIABILITY))
+        return SimpleNamespace(topic_name=f"/robot/{topic}", qos_profile=qos)
+
+    mismatches = InputMismatches(node, subscribe_and_hear_at_once, lambda name, text: notes.append((name, text)))
+    mismatches.subscribe("instruction", String, "instruction", print, INSTRUCTION_ANY_QOS)
+    assert notes == [("instruction", "publisher /talker on /robot/instruction offers reliability best_effort; "
+                                     "the subscription requests reliable")]
+    assert mismatches.requested["instruction"].topic == "/robot/instruction"

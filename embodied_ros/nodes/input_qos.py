@@ -7,16 +7,21 @@ name: such a mismatch is explained again on `name_unnamed` until the node is kno
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from rclpy.event_handler import QoSRequestedIncompatibleQoSInfo, SubscriptionEventCallbacks
 from rclpy.node import Node
-from rclpy.qos import QoSCompatibility, QoSPolicyKind, qos_check_compatible
+from rclpy.qos import QoSCompatibility, QoSPolicyKind, QoSProfile, qos_check_compatible
 from rclpy.subscription import Subscription
 
 from embodied_ros.node_infra.topics import qos_mismatch
 
 UNKNOWN_NODE_NAME = "_NODE_NAME_UNKNOWN_"  # the middleware's name for an endpoint whose node is not known yet
+
+
+class Requested(NamedTuple):
+    topic: str  # resolved: namespace and remapping applied
+    qos: QoSProfile
 
 
 class InputMismatches:
@@ -30,16 +35,17 @@ class InputMismatches:
         self._subscribe = subscribe
         self.on_mismatch = on_mismatch
         self.hint = hint
-        self.subscriptions: dict[str, Subscription] = {}
+        self.requested: dict[str, Requested] = {}
         self.unnamed: dict[str, QoSPolicyKind] = {}  # input -> failed policy, while its publisher's node is unknown
 
     def subscribe(self, name: str, msg_type, topic: str, callback, qos, via: Callable[..., Subscription] | None = None,
                   **other_events) -> Subscription:
         """The input `name`'s subscription, made by `via` (same arguments; default: the `subscribe` given
         at construction); `other_events` are further event callbacks (e.g. matched=...)."""
+        # known before the subscription exists: its events may run on another executor thread first
+        self.requested[name] = Requested(self.node.resolve_topic_name(topic), qos)
         events = SubscriptionEventCallbacks(incompatible_qos=lambda event: self._on_event(name, event), **other_events)
-        self.subscriptions[name] = (via or self._subscribe)(msg_type, topic, callback, qos, events)
-        return self.subscriptions[name]
+        return (via or self._subscribe)(msg_type, topic, callback, qos, events)
 
     def name_unnamed(self, still_silent: Callable[[str], bool]) -> None:
         """Explain again each mismatch whose publisher was not named yet, if its input is still silent."""
@@ -55,9 +61,8 @@ class InputMismatches:
         self.on_mismatch(name, explanation)
 
     def _explain(self, name: str, policy: QoSPolicyKind) -> str:
-        subscription = self.subscriptions[name]
-        requested = subscription.qos_profile
-        offending = [info for info in self.node.get_publishers_info_by_topic(subscription.topic_name)
+        topic, requested = self.requested[name]
+        offending = [info for info in self.node.get_publishers_info_by_topic(topic)
                      if qos_check_compatible(info.qos_profile, requested)[0] == QoSCompatibility.ERROR]
         publisher = offending[-1] if offending else None
         node_name = ""
@@ -66,7 +71,7 @@ class InputMismatches:
             self.unnamed.pop(name, None)
         else:
             self.unnamed[name] = policy
-        explanation = qos_mismatch(subscription.topic_name, policy, requested,
+        explanation = qos_mismatch(topic, policy, requested,
                                    publisher.qos_profile if publisher is not None else None, node_name)
         hint = self.hint(name, policy)
         return f"{explanation}; {hint}" if hint else explanation

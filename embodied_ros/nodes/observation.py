@@ -126,7 +126,7 @@ class ObservationNode(GraphNode):
         """Once a latched publisher matches, subscribe latched too: it replays what it published before."""
         if self.latched_instruction is not None or event.current_count_change <= 0:
             return
-        topic = self.mismatches.subscriptions[INSTRUCTION].topic_name
+        topic = self.mismatches.requested[INSTRUCTION].topic
         if any(info.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
                for info in self.get_publishers_info_by_topic(topic)):
             # a publisher this one cannot reach (volatile) reaches the first: nothing to report
