@@ -86,9 +86,9 @@ def serve(config: GraphConfig, argv: list[str], runtime: Runtime | None = None) 
         except (OSError, ValueError, RuntimeError) as error:
             failure = _one_line(error)
         finally:
-            watch.stop()
             ignore_ending_signals()
             not_deactivated = graph.stop()
+            watch.stop()  # only now: a teardown that hangs in the middleware ends the process too
             if not_deactivated:
                 logger.error(f"could not deactivate {not_deactivated}")
             elif not failure:

@@ -33,7 +33,8 @@ class StallWatch:
     30 restarts (9 in 275): a restarted
     stage's take_message in rmw_fastrtps never returned, holding the interpreter (py-spy: its spin
     thread "active+gil" at the take, ~90% of a core; every other thread, timers and /diagnostics
-    included, stopped), so the process was alive and served nothing."""
+    included, stopped), so the process was alive and served nothing. Processes keep the watch through
+    their teardown: a test robot once ignored launch's SIGINT and SIGTERM for a minute."""
 
     def __init__(self, limit_s: float):
         self.limit_s = limit_s

@@ -38,6 +38,7 @@ from trajectory_msgs.msg import JointTrajectory
 from embodied_ros.deploy.messages import command_positions
 from embodied_ros.node_infra.config import GraphConfig, load_config, to_parameters
 from embodied_ros.node_infra.paths import default_config
+from embodied_ros.node_infra.spinning import StallWatch
 from embodied_ros.nodes.run import ignore_ending_signals, spin_until_stopped, stopped_by_signals
 from embodied_ros.node_infra.topics import COMMAND_TOPICS, INSTRUCTION, INSTRUCTION_QOS, JOINT_STATES, camera_topic
 from embodied_ros.inputs.compressed import rgb8_to_compressed
@@ -55,6 +56,7 @@ class SyntheticRobot(Node):
                  command_joints: Sequence[str] = (), node_name: str = "synthetic_robot", **node_kwargs):
         super().__init__(node_name, **node_kwargs)
         settings = config.synthetic
+        self.stall_exit_s = config.compute.stall_exit_s
         self.cameras = dict(cameras)
         self.command_joints = tuple(command_joints)
         self.joint_names = tuple(dict.fromkeys([*state_joints, *command_joints]))
@@ -179,6 +181,8 @@ def main(args=None) -> None:
         # (14 -> 9-10% of a core for a pi05_small robot), on the cores the model computes on
         executor = EventsExecutor()
         executor.add_node(node)
+        watch = StallWatch(node.stall_exit_s)  # as every node process: a middleware hang ends it
+        watch.start()
         try:
             spin_until_stopped(executor)
         except KeyboardInterrupt:
@@ -186,6 +190,7 @@ def main(args=None) -> None:
         finally:
             ignore_ending_signals()
             node.destroy_node()
+            watch.stop()
 
 
 if __name__ == "__main__":
