@@ -1,7 +1,7 @@
 """BitVLA on this runtime: next to BitVLA's PyTorch code at a small size, and at the released widths.
 
     python benchmarks/bench_bitvla.py [--parts small,released] [--repeats 3] [--threads 2] [--workdir DIR]
-                                      [--lm-layers 4] [--vision-layers 4] [--products integer,float] [--json FILE]
+                                      [--lm-layers 4] [--vision-layers 4] [--products integer,float] [--json FILE] [--no-write]
 
 small     a random-weight BitVLA of SMALL_SPEC (2 cameras at 224 px: 512 image tokens; SigLIP 256 x 4 with
           BitLinear; BitNet 512 x 4, 8 / 2 heads of 64, mlp 1376; chunk 8 x 7, proprio 8). BitVLA's code
@@ -21,7 +21,8 @@ released  the released model's widths (SigLIP-L 1024 / 16 heads / mlp 4096 at 22
 
 The PyTorch side needs the reference environment (reference/bitvla/install.sh): its interpreter in
 $EMBODIED_ROS_BITVLA_PYTHON and the BitVLA checkout in $BITVLA_SOURCE; without them the small part runs
-this runtime alone. Results are printed as markdown (and written to --json); BENCHMARKS.md is not edited.
+this runtime alone. Results are printed as markdown (and written to --json) and each part's section of
+BENCHMARKS.md (bitvla_small, bitvla_released) is written unless --no-write.
 """
 
 from __future__ import annotations
@@ -201,6 +202,7 @@ def released_part(args, report: dict) -> str:
     vis_t, vis_b = layer_bytes("vision.blk.0.")
     rest = [n for n in shapes if not n.startswith(("lm.blk.", "vision.blk."))]
     rest_bf16 = sum(2 * int(np.prod(shapes[n])) for n in rest if n != "lm.token_embd") + 2 * FULL_VOCAB * 2560
+    embedding_q8_0_saves = 2 * FULL_VOCAB * 2560 - FULL_VOCAB * 2560 // 32 * 34  # 32 int8 + an f16 scale per block
     full_t = FULL_LM_LAYERS * lm_t + FULL_VISION_LAYERS * vis_t + rest_bf16
     full_b = FULL_LM_LAYERS * lm_b + FULL_VISION_LAYERS * vis_b + rest_bf16
     mib = 2 ** 20
@@ -210,7 +212,10 @@ def released_part(args, report: dict) -> str:
         {"part": "one SigLIP layer (6 BitLinears + LN, biases)", "ternary MiB": vis_t / mib, "bf16 MiB": vis_b / mib,
          "ratio": vis_t / vis_b},
         {"part": f"full model: 30 + 24 layers, rest bf16 (embeddings {FULL_VOCAB} x 2560, connector, head)",
-         "ternary MiB": full_t / mib, "bf16 MiB": full_b / mib, "ratio": full_t / full_b}]
+         "ternary MiB": full_t / mib, "bf16 MiB": full_b / mib, "ratio": full_t / full_b},
+        {"part": "full model, the embedding table Q8_0 (`--quant embedding=q8_0`)",
+         "ternary MiB": (full_t - embedding_q8_0_saves) / mib, "bf16 MiB": full_b / mib,
+         "ratio": (full_t - embedding_q8_0_saves) / full_b}]
     config = released_config(args.vision_layers, args.lm_layers)
     stored = released_tensors(config, rng)
     ids = np.concatenate([[1], np.full(256, 4000), np.full(256, 4000), [4001],
@@ -257,6 +262,7 @@ def main() -> None:
     parser.add_argument("--vision-layers", type=int, default=4)
     parser.add_argument("--products", default="integer,float", help="released part: integer, float or both")
     parser.add_argument("--json", type=Path, help="write the figures here too")
+    parser.add_argument("--no-write", action="store_true", help="leave BENCHMARKS.md as it is")
     common.add_workdir_argument(parser, "bitvla")
     args = parser.parse_args()
     parts = common.chosen(parser, "--parts", args.parts, ("small", "released"))
@@ -272,6 +278,11 @@ def main() -> None:
     for part in parts:
         body = small_part(args, report) if part == "small" else released_part(args, report)
         print(f"## {part}\n\n{body}\n", flush=True)
+        if not args.no_write:
+            common.write_section(common.REPO_ROOT / "BENCHMARKS.md", f"bitvla_{part}",
+                                 f"Integer BitLinear products: {TERNARY_PRODUCTS}; numba threads "
+                                 f"{numba.get_num_threads()}\n\n{body}", command=common.command_line(),
+                                 machine=common.machine_line())
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=float))
 

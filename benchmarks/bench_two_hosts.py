@@ -2,7 +2,7 @@
 what crosses the link at each cut, the wire precision's action error, the stream on shaped links
 next to the same graph on one host, and the faults (link cuts, the inference host killed, loss bursts).
 
-    sudo python benchmarks/bench_two_hosts.py [--parts cuts,precision,links,faults] [--configs pi05_small,pi05_small_jpeg,smolvla_tiny]
+    sudo python benchmarks/bench_two_hosts.py [--parts cuts,precision,links,faults] [--configs pi05_small,pi05_small_jpeg,smolvla_small,smolvla_small_jpeg,smolvla_tiny]
         [--duration 15] [--repeats 10] [--workdir DIR] [--no-write]
 
 Parts:
@@ -20,12 +20,15 @@ Parts:
              every inference process and their restart, 2 s of 50% loss: the hold after the last
              chunk's end, the resume after the heal, commands from chunks made before the fault
   decode     640x480 JPEG (quality 90) and PNG decode time (Pillow)
-Needs root (network namespaces). Writes BENCHMARKS.md sections two_hosts_<part> unless --no-write.
+smolvla_small is benchmarks/specs/smolvla_small.json's reference record (made in --workdir by the PyTorch
+reference generator, $EMBODIED_ROS_REF_PYTHON, when absent) converted with the tiny SmolVLA checkpoint's
+tokenizer. Needs root (network namespaces). Writes BENCHMARKS.md sections two_hosts_<part> unless --no-write.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,7 +52,11 @@ from embodied_ros.testbed.split_graph import SplitGraph  # noqa: E402
 from rclpy.serialization import serialize_message  # noqa: E402
 
 CONFIGS = {"pi05_small": ("pi05", {}), "pi05_small_jpeg": ("pi05", {"transport.image_codec": "jpeg"}),
-           "smolvla_tiny": ("smolvla", {}), "pi05_tiny": ("pi05", {})}  # name -> (config, settings)
+           "smolvla_small": ("smolvla", {}), "smolvla_small_jpeg": ("smolvla", {"transport.image_codec": "jpeg"}),
+           "smolvla_tiny": ("smolvla", {}),
+           "pi05_tiny": ("pi05", {})}  # name -> (config, settings)
+SMOLVLA_SMALL_SPEC = common.REPO_ROOT / "benchmarks" / "specs" / "smolvla_small.json"
+SMOLVLA_TOKENIZER = common.REPO_ROOT / "test" / "data" / "smolvla_tiny_checkpoint" / "checkpoint" / "tokenizer.json"
 SHAPES = {"one host": None, "unshaped pair": LinkShape(), "1 Gbit/s": LinkShape(1000), "100 Mbit/s": LinkShape(100),
           "20 Mbit/s": LinkShape(20), "100 Mbit/s, 1% loss": LinkShape(100, 1),
           "100 Mbit/s, 5% loss": LinkShape(100, 5)}
@@ -61,8 +68,9 @@ sides share the same 2 cores: compute is this machine's, not a GPU box's. Chunk 
 observation behind each chunk when the chunk reaches the robot's side. Mbit/s: each interface's transmit
 counter over the measured seconds (discovery and resends included). "one host": every node in one
 namespace, same profile. pi05_small: test/data/pi05_small converted (3 cameras, 224x224, images sent at
-that size); SmolVLA: the shipped smolvla_tiny bundle (2 cameras, 64x64; a SmolVLA small bundle needs the
-PyTorch reference generator, not run here). Faults: the hold is measured from the end of the last chunk
+that size); smolvla_small: benchmarks/specs/smolvla_small.json (3 cameras, 128x128, SigLIP 192x4, 8 LM
+layers 384 wide, 25 M parameters) recorded by LeRobot's code and converted; smolvla_tiny: the shipped
+bundle (2 cameras, 64x64). Faults: the hold is measured from the end of the last chunk
 the robot's side had; a trajectory point is meant one period ahead, so the controller holds up to one
 period before that end. Stale commands: commands that moved the arm after the hold and before the first
 chunk made from an observation taken after the fault began."""
@@ -74,7 +82,7 @@ STREAM_WAIT_S = 90.0  # start-up (loading, discovery) takes 5-15 s; a graph that
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", default=",".join(PARTS))
-    parser.add_argument("--configs", default="pi05_small,smolvla_tiny")
+    parser.add_argument("--configs", default="pi05_small,smolvla_small")
     parser.add_argument("--duration", type=float, default=15.0, help="seconds measured per link")
     parser.add_argument("--repeats", type=int, default=10, help="repeats of each fault")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "bench_two_hosts")
@@ -87,7 +95,26 @@ def graph_config(name: str, workdir: Path, overrides: dict | None = None):
     values = {"diagnostics.period_s": 0.5, **settings, **(overrides or {})}
     if name.startswith("pi05_small"):
         values["bundle"] = str(small_bundle(workdir))
+    elif name.startswith("smolvla_small"):
+        values["bundle"] = str(smolvla_small_bundle(workdir))
     return load_config(config, values)
+
+
+def smolvla_small_bundle(workdir: Path) -> Path:
+    """The smolvla_small reference record (made by the reference generator when absent) as a bundle."""
+    record, path = workdir / "smolvla_small", workdir / "smolvla_small.gguf"
+    if not path.is_file():
+        if not (record / "cases.npz").is_file():
+            python = common.reference_python()
+            if not Path(python).exists():
+                raise SystemExit(f"smolvla_small needs its reference record: set {common.REFERENCE_PYTHON_ENV} "
+                                 f"(reference/install.sh) or put the record at {record}")
+            subprocess.run([python, str(common.REPO_ROOT / "reference" / "gen_smolvla.py"), str(SMOLVLA_SMALL_SPEC),
+                            str(record)], check=True, env=common.reference_environment(), capture_output=True,
+                           cwd=common.REPO_ROOT / "reference")
+        subprocess.run([sys.executable, "-m", "embodied_ros.cli.main", "bundle", "convert", str(record), str(path),
+                        "--tokenizer", str(SMOLVLA_TOKENIZER), "--no-progress"], check=True)
+    return path
 
 
 def scene_observation(spec, stamp_ns: int = 1) -> Observation:

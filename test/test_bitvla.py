@@ -229,3 +229,19 @@ def test_stages_on_the_shipped_bundle_and_a_missing_camera():
             runtime.act(prefix, None, None, ChunkContinuation(None, 0, None))
         with pytest.raises(ValueError, match="no camera"):
             runtime.encode(Observation(0, {}, observation.state, "x"))
+
+
+def test_an_embedding_table_in_q8_0_is_read_row_by_row(tmp_path):
+    """The released vocabulary is 128256 x 2560: in Q8_0 the ternary bundle is under a quarter of bf16."""
+    path = tmp_path / "embedding_q8_0.gguf"
+    convert.convert(PIPELINE / "checkpoint", path, "embedding=q8_0")
+    bundle = open_bundle(path)
+    assert bundle.tensor_info("lm.token_embd").qtype == "q8_0"
+    assert bundle.tensor_info("connector.fc1.weight").qtype == "f32"
+    runtime = load_runtime(bundle)
+    with np.load(PIPELINE / "cases.npz") as recorded:
+        task = json.loads((PIPELINE / "cases.json").read_text())["cases"][0]["task"]
+        observation = RECORDS.observation(recorded, task, "case0", runtime.spec.camera_names)
+        expected = recorded["case0_actions"]
+    error = np.abs(infer(runtime, observation).actions - expected).max()
+    assert 0 < error < 0.05 * np.abs(expected).max(), error

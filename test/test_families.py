@@ -111,3 +111,34 @@ def test_up_streams_commands_on_the_shipped_config(tmp_path, family):
     commands = report["commands"]
     assert commands["commands"] > 50 and 0.5 * config.controller.rate_hz < commands["rate_hz"] \
         < 1.5 * config.controller.rate_hz, result.stdout[-3000:]
+
+
+WITHOUT_WORLD = [family for family in FAMILIES if not families.family(family).spec_of(
+    open_bundle(load_config(shipped_config(family)).bundle)).has_world_model]  # with one: test_graph_lockstep_world
+
+
+@pytest.mark.parametrize("family", WITHOUT_WORLD)
+def test_the_shipped_config_in_lock_step_equals_direct_calls(family):
+    """Every stage on every step, driven step by step: each chunk is `infer` on that step's observation
+    with the graph's noise."""
+    import numpy as np
+
+    from embodied_ros.graph.lockstep import LockstepGraph
+    from embodied_ros.pipeline.noise import stage_noise
+    from embodied_ros.pipeline.stages import infer, load_runtime
+    from embodied_ros.pipeline.types import Observation
+
+    config = load_config(shipped_config(family), {"schedule.perception": 1})
+    runtime = load_runtime(config.bundle)
+    rng = np.random.default_rng(5)
+    height, width = runtime.spec.image_size
+    steps = [({camera: rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for camera in runtime.spec.camera_names},
+              rng.uniform(-0.5, 0.5, len(runtime.spec.state_names)).astype(np.float32)) for _ in range(3)]
+    with LockstepGraph(config, runtime=runtime, domain_id=next_domain(), timeout_s=120) as graph:
+        outputs = graph.run(steps, "pick up the red block")
+    seed = config.stages.seed_for(runtime.spec)
+    for output, (images, state) in zip(outputs, steps):
+        assert output.chunk is not None, f"step {output.step}: {output.input_problem}"
+        direct = infer(runtime, Observation(output.stamp_ns, images, state, "pick up the red block"),
+                       stage_noise(seed, "action", output.step, runtime.spec.noise_shape))
+        np.testing.assert_allclose(output.chunk.actions, direct.actions, atol=1e-5, rtol=0, err_msg=f"step {output.step}")
