@@ -175,7 +175,7 @@ def run_node(node_class, args=None) -> None:
     parse_node_arguments(node_class, argv)
     share_cores_with_other_processes()
     failure = ""
-    watch = StallWatch(ComputeConfig().stall_exit_s)  # started once the node is made: loading holds the interpreter
+    watch = None  # made once the node is: loading holds the interpreter
     with stopped_by_signals(argv):
         node = None
         try:
@@ -186,8 +186,8 @@ def run_node(node_class, args=None) -> None:
                 sys.exit(1)
             executor = SingleThreadedExecutor()  # diagnostics have their own thread (nodes/base.py)
             executor.add_node(node)
-            watch.limit_s = node.get_parameter(STALL_LIMIT).value if node.has_parameter(STALL_LIMIT) \
-                else watch.limit_s  # a node of the graph, or another
+            watch = StallWatch(node.get_parameter(STALL_LIMIT).value if node.has_parameter(STALL_LIMIT)
+                               else ComputeConfig().stall_exit_s)  # a node of the graph, or another
             watch.start()
             spin_until_stopped(executor, getattr(node, "prepare_spin_thread", lambda: None))
         except KeyboardInterrupt:
@@ -203,6 +203,7 @@ def run_node(node_class, args=None) -> None:
                     node.get_logger().error("could not deactivate")
             if node is not None:
                 node.destroy_node()
-            watch.stop()  # only now: a teardown that hangs in the middleware ends the process too
+            if watch is not None:
+                watch.stop()  # only now: a teardown that hangs in the middleware ends the process too
     if failure:
         sys.exit(f"{node_class.stage}: {failure}")
