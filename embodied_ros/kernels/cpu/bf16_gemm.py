@@ -21,10 +21,12 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from embodied_ros.kernels.cpu.allocator import aligned_empty
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL
 
 MAX_ROWS = 10
+PAIRS_MULTIPLE = 16  # k pairs of the panels are padded to this: one AMX tile step
 DEPTH_BLOCK = 256  # k pairs per pass over a panel: 256 x 32 pairs = 32 KiB, in L1
 
 
@@ -161,15 +163,15 @@ def _product_serial(x, panels, bias, y):  # pragma: no cover - compiled
 @jit(inline="always")
 def _round_row(x, out, r):  # pragma: no cover - compiled
     for i in range(out.shape[1]):
-        low = _bf16_bits(x[r, 2 * i])
+        low = _bf16_bits(x[r, 2 * i]) if 2 * i < x.shape[1] else np.uint32(0)
         high = _bf16_bits(x[r, 2 * i + 1]) if 2 * i + 1 < x.shape[1] else np.uint32(0)
         out[r, i] = low | (high << np.uint32(16))
 
 
 @jit()
 def round_to_bf16_pairs(x, out):  # pragma: no cover - compiled
-    """x [N, k] float32 -> out [N, ceil(k / 2)] uint32: bf16 pairs (even k in the low half), rounded to
-    nearest even; an odd k's last pair has a zero high half."""
+    """x [N, k] float32 -> out [N, >= k / 2] uint32: bf16 pairs (even k in the low half), rounded to
+    nearest even; pairs past k (an odd k's last high half, the panels' padding) are zero."""
     for r in range(x.shape[0]):
         _round_row(x, out, r)
 
@@ -194,8 +196,10 @@ def bf16_bits(values: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class Bf16Weight:
-    """A weight [out, in] stored once as bf16 pair panels, [ceil(out / 32), ceil(in / 2), 32] uint32
-    (features past `out` and the pad k of an odd `in` are zero). `ks.linear` takes it like an array."""
+    """A weight [out, in] stored once as bf16 pair panels, [ceil(out / 32), pairs, 32] uint32, pairs
+    `in / 2` rounded up to a multiple of 16 (an AMX tile step), 64-byte aligned: the same panels feed
+    `vdpbf16ps` and the AMX tiles (amx_gemm.py). Features past `out` and k past `in` are zero.
+    `ks.linear` takes it like an array."""
 
     panels: np.ndarray
     shape: tuple[int, int]
@@ -219,8 +223,8 @@ class Bf16Weight:
 def pack_bf16(bits: np.ndarray) -> Bf16Weight:
     """[out, in] uint16 bf16 bit patterns -> Bf16Weight (the panels are the one resident copy)."""
     n_out, n_in = bits.shape
-    n_panels, n_pairs = -(-n_out // PANEL), -(-n_in // 2)
-    panels = np.zeros((n_panels, n_pairs, PANEL), np.uint32)
+    n_panels, n_pairs = -(-n_out // PANEL), -(-n_in // (2 * PAIRS_MULTIPLE)) * PAIRS_MULTIPLE
+    panels = aligned_empty((n_panels, n_pairs, PANEL), np.uint32)
     padded = np.zeros((PANEL, 2 * n_pairs), np.uint16)
     for p in range(n_panels):  # a panel at a time: no second whole-matrix copy while packing
         rows = bits[PANEL * p:PANEL * p + PANEL]

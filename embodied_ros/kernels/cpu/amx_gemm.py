@@ -1,0 +1,260 @@
+"""y = x @ W^T on the AMX tiles of Intel CPUs: bf16 products (`tdpbf16ps`), float32 sums.
+
+The weight is a `Bf16Weight` as packed for AVX512-BF16 (bf16_gemm.py): a panel row holds one k pair
+of 32 output features, 128 bytes, so 16 panel rows read at a stride of 128 bytes are the B tile of
+16 features (64 bytes of pairs each), and the next 64 bytes the other 16. Nothing is packed twice.
+x is rounded to bf16 once per product into A tiles, [row blocks of 16, k steps of 16 pairs, 16, 16]
+uint32: each tile 1 KiB, contiguous. A tile row 4 KiB from the next maps to the same L1 set, and
+tiles not on 64-byte lines load at half speed (measured: 0.8 vs 2.8 TFLOP/s on one core), so every
+operand here is aligned and tiles never straddle lines.
+
+The block product (32 rows x 32 features: 2 A, 2 B and 4 accumulator tiles, all eight registers) is
+LLVM IR over the `x86_amx` intrinsics, compiled by llvmlite at import (numba has no tile type) and
+called from numba's loops by its symbol name, so those loops cache like every other kernel. Linux
+traps the first tile instruction of a process that has not asked for the tile state
+(`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, kernel 5.16+): `tile_units_available` asks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numba
+import numpy as np
+from llvmlite import binding as llvm_binding
+from numba import types
+
+from embodied_ros.kernels.cpu.allocator import ALIGN, aligned_empty
+from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
+from embodied_ros.kernels.cpu.vector_ir import PANEL
+
+TILE = 16            # rows of a tile, and k pairs of one tile step
+BLOCK_ROWS = 32      # rows of x per block product (two A tiles)
+# passes of (tile steps, blocks of 32 rows): 64 x 8 was the fastest of 32..all x 4..31 on the
+# products of pi0.5 and SmolVLA (Xeon with AMX, 2 threads; benchmarks/amx_blocking.py)
+BLOCKING = (64, 8)
+
+_SYS_ARCH_PRCTL = 158
+_ARCH_REQ_XCOMP_PERM = 0x1023
+_XFEATURE_XTILEDATA = 18
+SYMBOL = "embodied_ros_amx_bf16_block"
+
+# y[32 x 32] = init + A @ B over `steps` tile steps, for `blocks` blocks of 32 rows. init is read
+# like a C tile at `init_stride` (0 repeats one row: the bias). a: A tiles, 16-row blocks
+# `a_stride` bytes apart, steps 1 KiB apart; b: a panel, rows 128 bytes apart; c: rows `ldc` bytes
+# apart; init of block r at init + r * init_block bytes.
+_IR = r"""
+target triple = "x86_64-unknown-linux-gnu"
+declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
+declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
+declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
+
+define void @SYMBOL(ptr %a, i64 %a_stride, ptr %b, ptr %c, i64 %ldc, ptr %init, i64 %init_stride,
+                    i64 %init_block, i64 %blocks, i64 %steps) #0 {
+entry:
+  %c_half = mul i64 %ldc, 16
+  %c_block = mul i64 %ldc, 32
+  %a_block = mul i64 %a_stride, 2
+  %i_half = mul i64 %init_stride, 16
+  br label %block
+block:
+  %r = phi i64 [0, %entry], [%r.next, %stored]
+  %a_off = mul i64 %r, %a_block
+  %a0 = getelementptr i8, ptr %a, i64 %a_off
+  %a1 = getelementptr i8, ptr %a0, i64 %a_stride
+  %c_off = mul i64 %r, %c_block
+  %c00 = getelementptr i8, ptr %c, i64 %c_off
+  %c01 = getelementptr i8, ptr %c00, i64 64
+  %c10 = getelementptr i8, ptr %c00, i64 %c_half
+  %c11 = getelementptr i8, ptr %c10, i64 64
+  %i_off = mul i64 %r, %init_block
+  %i00 = getelementptr i8, ptr %init, i64 %i_off
+  %i01 = getelementptr i8, ptr %i00, i64 64
+  %i10 = getelementptr i8, ptr %i00, i64 %i_half
+  %i11 = getelementptr i8, ptr %i10, i64 64
+  %s00 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %i00, i64 %init_stride)
+  %s01 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %i01, i64 %init_stride)
+  %s10 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %i10, i64 %init_stride)
+  %s11 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %i11, i64 %init_stride)
+  br label %step
+step:
+  %k = phi i64 [0, %block], [%k.next, %step]
+  %y00 = phi x86_amx [%s00, %block], [%n00, %step]
+  %y01 = phi x86_amx [%s01, %block], [%n01, %step]
+  %y10 = phi x86_amx [%s10, %block], [%n10, %step]
+  %y11 = phi x86_amx [%s11, %block], [%n11, %step]
+  %ka = mul i64 %k, 1024
+  %pa0 = getelementptr i8, ptr %a0, i64 %ka
+  %pa1 = getelementptr i8, ptr %a1, i64 %ka
+  %kb = mul i64 %k, 2048
+  %pb0 = getelementptr i8, ptr %b, i64 %kb
+  %pb1 = getelementptr i8, ptr %pb0, i64 64
+  %ta0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa0, i64 64)
+  %ta1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa1, i64 64)
+  %tb0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb0, i64 128)
+  %tb1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb1, i64 128)
+  %n00 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y00, x86_amx %ta0, x86_amx %tb0)
+  %n01 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y01, x86_amx %ta0, x86_amx %tb1)
+  %n10 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y10, x86_amx %ta1, x86_amx %tb0)
+  %n11 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y11, x86_amx %ta1, x86_amx %tb1)
+  %k.next = add i64 %k, 1
+  %more = icmp ult i64 %k.next, %steps
+  br i1 %more, label %step, label %store
+store:
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c00, i64 %ldc, x86_amx %n00)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c01, i64 %ldc, x86_amx %n01)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c10, i64 %ldc, x86_amx %n10)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c11, i64 %ldc, x86_amx %n11)
+  br label %stored
+stored:
+  %r.next = add i64 %r, 1
+  %more_blocks = icmp ult i64 %r.next, %blocks
+  br i1 %more_blocks, label %block, label %done
+done:
+  ret void
+}
+attributes #0 = { nounwind "target-features"="+amx-tile,+amx-bf16,+avx512f" }
+""".replace("SYMBOL", SYMBOL)
+
+_block = types.ExternalFunction(SYMBOL, types.void(types.uintp, types.intp, types.uintp, types.uintp, types.intp,
+                                                   types.uintp, types.intp, types.intp, types.intp, types.intp))
+
+
+@functools.cache
+def tile_units_available() -> bool:
+    """True where the CPU has AMX bf16 tiles and the kernel granted this process their state; then
+    the block product is compiled and its symbol registered for the numba loops below."""
+    features = llvm_binding.get_host_cpu_features()
+    if not (features.get("amx-tile", False) and features.get("amx-bf16", False)):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) != 0:
+        return False
+    _compile_block()
+    return True
+
+
+_ENGINE = None  # the llvmlite engine holding the compiled block; kept for the process's life
+
+
+def _compile_block() -> None:
+    global _ENGINE
+    llvm_binding.initialize_native_target()
+    llvm_binding.initialize_native_asmprinter()
+    module = llvm_binding.parse_assembly(_IR)
+    module.verify()
+    machine = llvm_binding.Target.from_default_triple().create_target_machine(
+        cpu=llvm_binding.get_host_cpu_name(), features=llvm_binding.get_host_cpu_features().flatten(), opt=3)
+    _ENGINE = llvm_binding.create_mcjit_compiler(module, machine)
+    _ENGINE.finalize_object()
+    llvm_binding.add_symbol(SYMBOL, _ENGINE.get_function_address(SYMBOL))
+
+
+@jit(inline="always")
+def _bf16_round(bits):  # pragma: no cover - compiled
+    return (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+
+
+@jit(inline="always")
+def _tile_row_block(x, tiles, block):  # pragma: no cover - compiled
+    """Rows 16 block..16 block + 15 of x [N, k] float32 into tiles[block] ([steps, 16, 32] uint16: bf16,
+    nearest even), zero past N and past k."""
+    n_rows, depth = x.shape
+    steps = tiles.shape[1]
+    full_steps = depth // 32
+    for r in range(TILE):
+        row = block * TILE + r
+        if row >= n_rows:
+            for s in range(steps):
+                tiles[block, s, r, :] = 0
+            continue
+        bits = x[row].view(np.uint32)
+        for s in range(full_steps):
+            out = tiles[block, s, r]
+            for i in range(32):
+                out[i] = np.uint16(_bf16_round(bits[32 * s + i]))
+        for s in range(full_steps, steps):
+            out = tiles[block, s, r]
+            for i in range(32):
+                k = 32 * s + i
+                out[i] = np.uint16(_bf16_round(bits[k])) if k < depth else np.uint16(0)
+
+
+@jit()
+def _to_tiles_serial(x, tiles):  # pragma: no cover - compiled
+    for block in range(tiles.shape[0]):
+        _tile_row_block(x, tiles, block)
+
+
+@jit(parallel=True)
+def _to_tiles_parallel(x, tiles):  # pragma: no cover - compiled
+    for block in numba.prange(tiles.shape[0]):
+        _tile_row_block(x, tiles, block)
+
+
+@jit(inline="always")
+def _panels(a, a_stride, row_blocks, steps, panels, panel_bytes, bias, y, ldy, first, last, blocking):  # pragma: no cover
+    """y[:, 32 p:32 p + 32] = bias + A @ panel p for p in first..last (addresses in bytes), in passes of
+    blocking = (tile steps, row blocks): one pass's A tiles stay in L2 while every panel reads them."""
+    k_pass, m_pass = blocking
+    for m0 in range(0, row_blocks, m_pass):
+        blocks = min(m_pass, row_blocks - m0)
+        y_pass = y + m0 * BLOCK_ROWS * ldy
+        for k0 in range(0, steps, k_pass):
+            k_steps = min(k_pass, steps - k0)
+            a_pass = a + m0 * 2 * a_stride + k0 * 1024
+            for p in range(first, last):
+                c = y_pass + p * PANEL * 4
+                if k0 == 0:  # start from the bias row, repeated
+                    init, init_stride, init_block = bias + p * PANEL * 4, 0, 0
+                else:
+                    init, init_stride, init_block = c, ldy, BLOCK_ROWS * ldy
+                _block(a_pass, a_stride, panels + p * panel_bytes + k0 * TILE * PANEL * 4, c, ldy,
+                       init, init_stride, init_block, blocks, k_steps)
+
+
+@jit(parallel=True)
+def _product_parallel(a, a_stride, row_blocks, steps, panels, n_panels, panel_bytes, bias, y, ldy, blocking,
+                      workers):  # pragma: no cover - compiled
+    for worker in numba.prange(workers):
+        _panels(a, a_stride, row_blocks, steps, panels, panel_bytes, bias, y, ldy,
+                worker * n_panels // workers, (worker + 1) * n_panels // workers, blocking)
+
+
+@jit()
+def _product_serial(a, a_stride, row_blocks, steps, panels, n_panels, panel_bytes, bias, y, ldy,
+                    blocking):  # pragma: no cover - compiled
+    _panels(a, a_stride, row_blocks, steps, panels, panel_bytes, bias, y, ldy, 0, n_panels, blocking)
+
+
+def matmul_amx_bf16(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
+    """x [N, in] float32 @ weight^T + bias -> [N, out] float32, products of bf16 values (x rounded
+    to nearest even) on the tiles. weight: a Bf16Weight whose pairs are a multiple of 16 and whose
+    panels are 64-byte aligned (`pack_bf16` makes them so)."""
+    n_out, n_in = weight.shape
+    panels = weight.panels
+    n_panels, n_pairs = panels.shape[0], panels.shape[1]
+    if n_pairs % TILE or panels.ctypes.data % ALIGN or not panels.flags.c_contiguous:
+        raise ValueError("matmul_amx_bf16: the weight's panels are not in tile layout (pack it with pack_bf16)")
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n_in)
+    n_rows = x.shape[0]
+    padded_bias = aligned_empty((n_panels * PANEL,), np.float32)
+    padded_bias[:] = 0
+    if bias is not None:
+        padded_bias[:n_out] = bias
+    if n_rows == 0:
+        return np.broadcast_to(padded_bias[:n_out], (0, n_out)).copy()
+    row_blocks, steps = -(-n_rows // BLOCK_ROWS), n_pairs // TILE
+    tiles = aligned_empty((2 * row_blocks, steps, TILE, 2 * TILE), np.uint16)
+    y = aligned_empty((row_blocks * BLOCK_ROWS, n_panels * PANEL), np.float32)
+    workers = min(numba.get_num_threads(), n_panels)
+    (_to_tiles_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else _to_tiles_serial)(x, tiles)
+    args = (tiles.ctypes.data, tiles.strides[0], row_blocks, steps, panels.ctypes.data, n_panels, panels.strides[0],
+            padded_bias.ctypes.data, y.ctypes.data, y.strides[0], BLOCKING)
+    if workers > 1 and n_rows * n_in * n_out >= PARALLEL_MIN_MACS:
+        _product_parallel(*args, workers)
+    else:
+        _product_serial(*args)
+    y = y[:n_rows]
+    return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])
