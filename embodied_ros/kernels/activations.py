@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 
-from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, jit
 from embodied_ros.kernels.cpu.vector_math import exp_f32
 from embodied_ros.kernels.registry import kernel, reference
 
@@ -30,7 +31,7 @@ _ATOL = 5e-6
 
 
 def _examples(rng: np.random.Generator) -> list[tuple]:
-    shapes = ((1, 5), (13, 33), (50, 768), (3, 1000))
+    shapes = ((1, 5), (13, 33), (50, 768), (3, 1000), (97, 700))  # the last one runs in parallel
     return [(rng.standard_normal(shape, dtype=np.float32) * 4.0,) for shape in shapes]
 
 
@@ -54,7 +55,7 @@ def gelu_tanh_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
 
 def _glu_examples(rng: np.random.Generator) -> list[tuple]:
     return [(rng.standard_normal((rows, 2 * width), dtype=np.float32) * 4.0,)
-            for rows, width in ((1, 3), (13, 33), (50, 768))]
+            for rows, width in ((1, 3), (13, 33), (50, 768), (97, 700))]  # the last one runs in parallel
 
 
 @reference("gelu_tanh_glu", examples=_glu_examples, rtol=1e-5, atol=_ATOL)
@@ -80,6 +81,14 @@ def _gelu_rows(x, out):  # pragma: no cover - compiled
             out[r, c] = _gelu_scalar(x[r, c])
 
 
+@jit(parallel=True)
+def _gelu_rows_parallel(x, out):  # pragma: no cover - compiled
+    rows, cols = x.shape
+    for r in numba.prange(rows):
+        for c in range(cols):
+            out[r, c] = _gelu_scalar(x[r, c])
+
+
 @jit()
 def _gelu_mul_rows(gate, up, out):  # pragma: no cover - compiled
     rows, cols = gate.shape
@@ -88,12 +97,23 @@ def _gelu_mul_rows(gate, up, out):  # pragma: no cover - compiled
             out[r, c] = _gelu_scalar(gate[r, c]) * up[r, c]
 
 
+@jit(inline="always")
+def _gelu_glu_row(gate_up, out, r):  # pragma: no cover - compiled
+    cols = out.shape[1]
+    for c in range(cols):
+        out[r, c] = _gelu_scalar(gate_up[r, c]) * gate_up[r, cols + c]
+
+
 @jit()
 def _gelu_glu_rows(gate_up, out):  # pragma: no cover - compiled
-    rows, cols = out.shape
-    for r in range(rows):
-        for c in range(cols):
-            out[r, c] = _gelu_scalar(gate_up[r, c]) * gate_up[r, cols + c]
+    for r in range(out.shape[0]):
+        _gelu_glu_row(gate_up, out, r)
+
+
+@jit(parallel=True)
+def _gelu_glu_rows_parallel(gate_up, out):  # pragma: no cover - compiled
+    for r in numba.prange(out.shape[0]):
+        _gelu_glu_row(gate_up, out, r)
 
 
 def _as_rows(x: np.ndarray) -> np.ndarray:
@@ -104,7 +124,8 @@ def _as_rows(x: np.ndarray) -> np.ndarray:
 @kernel("gelu_tanh", "numba")
 def gelu_tanh_numba(x: np.ndarray) -> np.ndarray:
     out = np.empty(x.shape, np.float32)
-    _gelu_rows(_as_rows(x), _as_rows(out))
+    rows = _as_rows(x)
+    (_gelu_rows_parallel if x.size >= PARALLEL_MIN_ELEMENTS and rows.shape[0] > 1 else _gelu_rows)(rows, _as_rows(out))
     return out
 
 
@@ -127,6 +148,7 @@ def gelu_tanh_glu_numba(gate_up: np.ndarray) -> np.ndarray:
         raise ValueError(f"gelu_tanh_glu: the last axis holds [gate | up] and must be even, got {gate_up.shape}")
     gate_up = np.ascontiguousarray(gate_up, dtype=np.float32)
     out = np.empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2), np.float32)
-    _gelu_glu_rows(_as_rows(gate_up), _as_rows(out))
+    run = _gelu_glu_rows_parallel if out.size >= PARALLEL_MIN_ELEMENTS and out.ndim > 1 else _gelu_glu_rows
+    run(_as_rows(gate_up), _as_rows(out))
     return out
 
