@@ -9,13 +9,14 @@ last line is
     chunk_ms=<median> max_abs_err=<value> peak_rss_mb=<value>
 
 The first run of each case is a warm-up and is not timed. A model family takes part by exposing
-`bench_cases(bundle, record)` (see embodied_ros/models/pi05/bench.py).
+`bench_cases(bundle, record, backend)` (embodied_ros/models/kit/bench.py); the flow-matching families
+and GR00T also read record folders, the others their bundle's own reference record. A world-action
+model's case is an episode: its time is divided by the chunks it samples.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import resource
 import sys
 from pathlib import Path
@@ -39,21 +40,20 @@ def peak_rss_mb() -> float:
 
 def run(args) -> int:
     from embodied_ros.bundle import BundleError, open_bundle
-    from embodied_ros.pipeline.stages import runtime_of
+    from embodied_ros.bundle.families import family
+    from embodied_ros.pipeline.stages import check_bundle_fits
 
     if args.repeats < 1:
         print(f"bench: --repeats must be at least 1, got {args.repeats}", file=sys.stderr)
         return 2
     try:
         bundle = open_bundle(args.bundle)
-        family = importlib.import_module(f"embodied_ros.models.{bundle.architecture}.bench")
-        cases = family.bench_cases(bundle, args.record)
-        runtime = runtime_of(bundle, args.backend)  # refused in one line where it cannot fit
-    except ModuleNotFoundError as missing:
-        if not (missing.name or "").startswith("embodied_ros.models."):
-            raise
-        print(f"bench: {args.bundle}: no bench for {bundle.architecture!r} bundles", file=sys.stderr)
-        return 2
+        bench_cases = getattr(family(bundle.architecture), "bench_cases", None)
+        if bench_cases is None:
+            print(f"bench: {args.bundle}: no bench for {bundle.architecture!r} bundles", file=sys.stderr)
+            return 2
+        check_bundle_fits(bundle)  # refused in one line where it cannot fit
+        cases = bench_cases(bundle, args.record, args.backend)
     except (BundleError, ValueError, OSError) as problem:
         print(f"bench: {problem}", file=sys.stderr)
         return 2
@@ -63,23 +63,24 @@ def run(args) -> int:
     stage_seconds: dict[str, list[float]] = {}
     chunks, per_case, worst = [], [], 0.0
     for case in cases:
-        case.run(runtime)  # warm-up: first touches of buffers and caches
+        case.run()  # warm-up: first touches of buffers and caches
         case_chunks, case_worst = [], 0.0
         for _ in range(args.repeats):
-            seconds, error = case.run(runtime)
+            seconds, error = case.run()
             for stage, value in seconds.items():
                 stage_seconds.setdefault(stage, []).append(value)
-            case_chunks.append(sum(seconds.values()))
+            case_chunks.append(sum(seconds.values()) / case.chunks)
             case_worst = max(case_worst, error)
         chunks += case_chunks
         worst = max(worst, case_worst)
-        per_case.append((case.name, np.median(case_chunks), case_worst))
+        per_case.append((case, np.median(case_chunks), case_worst))
     for stage, values in stage_seconds.items():
         print(f"{stage}: median {np.median(values) * 1e3:.1f} ms (min {min(values) * 1e3:.1f}, "
               f"max {max(values) * 1e3:.1f})")
-    for name, median_s, error in per_case:
-        print(f"{name}: chunk median {median_s * 1e3:.1f} ms, max abs error {error:.4g}")
-    print(f"{len(cases)} cases x {args.repeats} repeats, weights {bundle.weight_bytes / 2**20:.0f} MiB "
+    for case, median_s, error in per_case:
+        of = f" ({case.chunks} chunks a run)" if case.chunks > 1 else ""
+        print(f"{case.name}: chunk median {median_s * 1e3:.1f} ms{of}, max abs error {error:.4g}")
+    print(f"{len(cases)} cases x {args.repeats} repeats, weights {bundle.weight_bytes / 2**20:.1f} MiB "
           f"({bundle.quant_plan or 'f32'})")
     print(f"chunk_ms={np.median(chunks) * 1e3:.1f} max_abs_err={worst:.4g} peak_rss_mb={peak_rss_mb():.0f}")
     return 0

@@ -126,13 +126,19 @@ def load_runtime(bundle_path: str | Path, backend: str = "numba") -> Runtime:
     return runtime_of(open_bundle(bundle_path), backend)
 
 
-def runtime_of(bundle, backend: str = "numba") -> Runtime:
-    """The runtime of an open bundle's model family, after the memory check of `load_runtime`."""
+def check_bundle_fits(bundle) -> None:
+    """The memory check of `load_runtime`: ValueError (one line) where the bundle's weights and working
+    memory do not fit in what the machine or the cgroup has available."""
     from embodied_ros.bundle.memory import check_fits
 
-    family = _family(bundle, bundle.path)
     check_fits(bundle.weight_bytes + WORKING_BYTES, f"{bundle.path}: {bundle.architecture} with "
                f"{bundle.weight_bytes / 2**30:.1f} GiB of weights")
+
+
+def runtime_of(bundle, backend: str = "numba") -> Runtime:
+    """The runtime of an open bundle's model family, after the memory check of `load_runtime`."""
+    family = _family(bundle, bundle.path)
+    check_bundle_fits(bundle)
     return family.load_runtime(bundle, backend)
 
 

@@ -24,8 +24,8 @@ kernels/cpu/ternary_gemm.py) or, for parity, in the reference's float arithmetic
 from embodied_ros.models.bitvla.parity import RECORDS
 from embodied_ros.models.bitvla.runtime import BitVLARuntime, load_runtime, spec_of
 
-recognizes_fixture, run_fixture_parity, verify_reference = (RECORDS.recognizes_fixture, RECORDS.run_fixture_parity,
-                                                           RECORDS.verify_reference)
+recognizes_fixture, run_fixture_parity, verify_reference, bench_cases = (
+    RECORDS.recognizes_fixture, RECORDS.run_fixture_parity, RECORDS.verify_reference, RECORDS.bench_cases)
 
 __all__ = ["BitVLARuntime", "load_runtime", "spec_of", "RECORDS", "recognizes_fixture", "run_fixture_parity",
-           "verify_reference"]
+           "verify_reference", "bench_cases"]

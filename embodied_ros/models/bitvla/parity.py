@@ -190,4 +190,17 @@ class BitVLARecords:
         return worst, float(record.tolerance)
 
 
+    # ---- `embodied-ros bench` (models/kit/bench.py) ------------------------------------------------
+
+    def bench_cases(self, bundle, record: Path | None = None, backend: str = "numba") -> list:
+        """The bundle's reference record; a model case is one LM pass and the head, timed as "chunk"."""
+        from embodied_ros.models.bitvla.runtime import load_runtime
+        from embodied_ros.models.kit.bench import no_record_folders, reference_cases, whole
+
+        no_record_folders("BitVLA", record)
+        runtime = load_runtime(bundle, backend)
+        return reference_cases(bundle, runtime, lambda ref, key: whole(lambda: self.model_case(runtime.model,
+                                                                                               ref.inputs, key)),
+                               observation_of=self.observation)
+
 RECORDS = BitVLARecords()

@@ -132,3 +132,39 @@ def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
         return records.verify_reference(bundle, lambda b: load_runtime(b, backend), None)
     return records.verify_reference(bundle, lambda b: load_model(b, backend),
                                        lambda model, record, key: run_case(model, record.inputs, record.noise[key], key))
+
+
+def model_stages(model, inputs, key: str, noise: np.ndarray):
+    """A model record's case as the prefix (Qwen3-VL backbone over views and prompt) and action stages."""
+    from embodied_ros.models.kit.bench import timed
+
+    grids = [tuple(int(v) for v in g[1:]) for g in np.asarray(inputs[f"{key}_image_grid_thw"])]
+    return timed(("prefix", lambda _: model.backbone(inputs[f"{key}_pixel_values"], grids, inputs[f"{key}_input_ids"])),
+                 ("action", lambda backbone: model.sample_actions(backbone, inputs[f"{key}_state"], noise,
+                                                                  int(inputs[f"{key}_embodiment_id"]))
+                  [:, : model.config.action_dim]))
+
+
+def bench_cases(bundle, record: Path | None = None, backend: str = "numba") -> list:
+    """`embodied-ros bench`: the cases of a GR00T record folder, else of the bundle's reference record."""
+    from embodied_ros.models.groot.runtime import load_model, load_runtime
+    from embodied_ros.models.kit.bench import BenchCase, pipeline_stages, reference_cases
+
+    if record is None:
+        reference = bundle.reference
+        pipeline = reference is not None and reference.fields.get("kind") == "pipeline"
+        runtime = load_runtime(bundle, backend) if pipeline else None
+        model = runtime.model if pipeline else load_model(bundle, backend)
+        return reference_cases(bundle, runtime, lambda ref, key: model_stages(model, ref.inputs, key, ref.noise[key]))
+    folder = Path(record)
+    kind = records.require_kind(folder, record_kind(folder), "GR00T")
+    with np.load(folder / CASES_FILE) as data:
+        cases = dict(data)
+    if kind == "pipeline":
+        runtime = load_runtime(bundle, backend)
+        return [BenchCase(f"case{k}", pipeline_stages(runtime, records.pipeline_observation(
+            cases, case["task"], f"case{k}", runtime.spec.camera_names, k), cases[f"case{k}_noise"]),
+            cases[f"case{k}_actions"]) for k, case in enumerate(records.recorded_tasks(folder))]
+    model = load_model(bundle, backend)
+    return [BenchCase(key, model_stages(model, cases, key, cases[f"{key}_noise"]), cases[f"{key}_actions"])
+            for key in _case_names(cases)]

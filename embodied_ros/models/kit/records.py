@@ -50,7 +50,8 @@ def tolerance_for(stored_types, tolerances: Mapping[str, float] = TOLERANCES) ->
 
 
 def case_count(cases) -> int:
-    return len({name.split("_")[0] for name in cases.files if name.startswith("case") and name.endswith("_noise")})
+    names = cases.files if hasattr(cases, "files") else cases
+    return len({name.split("_")[0] for name in names if name.startswith("case") and name.endswith("_noise")})
 
 
 def rtc_case_settings(case: dict) -> rtc.RtcSettings | None:
@@ -307,3 +308,42 @@ class FlowRecords:
             return self.model_case(runtime.model, record.inputs, key, record.expected[key].shape[1], record.noise[key])
 
         return verify_reference(bundle, lambda b: load_runtime(b, backend), record_case)
+
+    # ---- `embodied-ros bench` (models/kit/bench.py) --------------------------------------------
+
+    def model_stages(self, model, inputs, key: str, noise: np.ndarray):
+        """A model record's case as the perception, prefix and action stages."""
+        from embodied_ros.models.kit.bench import timed
+
+        images = inputs[f"{key}_images"] * np.float32(2.0) - np.float32(1.0)
+        mask = inputs[f"{key}_image_masks"]
+        extras = tuple(inputs[f"{key}_{name}"] for name in self.model_inputs[4:])
+        return timed(("perception", lambda _: model.image_tokens(images, mask)),
+                     ("prefix", lambda tokens: model.build_prefix(tokens, mask, inputs[f"{key}_tokens"],
+                                                                  inputs[f"{key}_token_mask"], *extras)),
+                     ("action", lambda cache: model.sample_actions(cache, noise)))
+
+    def bench_cases(self, bundle, record: Path | None = None, backend: str = "numba") -> list:
+        """The cases of `record` (a record folder of this family), else of the bundle's reference record.
+        A real-time chunking record's cases run plainly (no leftover chunk)."""
+        from embodied_ros.models.kit.bench import BenchCase, pipeline_stages, reference_cases
+
+        runtime = self._module("runtime").load_runtime(bundle, backend)
+        if record is None:
+            return reference_cases(bundle, runtime, lambda ref, key: self.model_stages(
+                runtime.model, ref.inputs, key, ref.noise[key]))
+        folder = Path(record)
+        kind = require_kind(folder, self.record_kind(folder), self.family)
+        tasks = recorded_tasks(folder) if kind == "pipeline" else []
+        with np.load(folder / CASES_FILE) as arrays:
+            loaded = {name: arrays[name] for name in arrays.files}
+        cases = []
+        for k in range(case_count(loaded)):
+            key, noise = f"case{k}", loaded[f"case{k}_noise"]
+            if kind == "pipeline":
+                observation = pipeline_observation(loaded, tasks[k]["task"], key, runtime.spec.camera_names, k)
+                stages = pipeline_stages(runtime, observation, noise)
+            else:
+                stages = self.model_stages(runtime.model, loaded, key, noise)
+            cases.append(BenchCase(key, stages, loaded[f"{key}_actions"]))
+        return cases

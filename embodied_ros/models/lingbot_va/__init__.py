@@ -5,6 +5,7 @@ Family entry points (see embodied_ros/bundle/__init__.py and pipeline/stages.py)
                                             predict_world, act)
   spec_of(bundle)                        -> its ModelSpec from the bundle's metadata
   verify_reference(bundle, backend)      -> (max abs error, tolerance) of the bundle's reference record
+  bench_cases(bundle, record, backend)   -> the `bench` command's cases (its reference episode)
   recognizes_fixture(path), run_fixture_parity(path, quant)   lerobot records and Wan block records
                                             for `embodied-ros parity`
   convert.detect / convert.convert       checkpoint folders and block records -> bundles
@@ -56,6 +57,16 @@ def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     return max(r.max_abs_error for r in results), results[0].tolerance
 
 
+def bench_cases(bundle, record=None, backend: str = "numba") -> list:
+    """`embodied-ros bench`: the bundle's reference episode, each run from a fresh episode."""
+    from embodied_ros.models.kit.bench import BenchCase, no_record_folders, timed
+    from embodied_ros.models.lingbot_va.lerobot_bundle import reference_episode
+
+    no_record_folders("LingBot-VA", record)
+    run, expected, chunks = reference_episode(_model_bundle(bundle), backend)
+    return [BenchCase("episode", timed(("episode", lambda _: run())), expected, chunks)]
+
+
 def recognizes_fixture(path: str | Path) -> bool:
     """`embodied-ros parity`: True for a Wan block record folder (block.safetensors + cases) or a
     lerobot LingBot-VA record (cases.json, cases.npz, checkpoint/)."""
@@ -76,4 +87,4 @@ def run_fixture_parity(path: str | Path, quant: str = "f32", backend: str = "num
 
 
 __all__ = ["ARCHITECTURE", "load_runtime", "spec_of", "recognizes_fixture",
-           "run_fixture_parity", "verify_reference"]
+           "run_fixture_parity", "verify_reference", "bench_cases"]

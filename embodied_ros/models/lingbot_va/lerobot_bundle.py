@@ -27,7 +27,7 @@ import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from safetensors.numpy import load_file
@@ -293,7 +293,9 @@ def make_reference(bundle) -> ReferenceRecord:
                            fields={"kind": REFERENCE_KIND, "task": REFERENCE_TASK, "backend": "numpy"})
 
 
-def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
+def reference_episode(bundle, backend: str = "numba") -> tuple[Callable[[], np.ndarray], np.ndarray, int]:
+    """(run: the reference episode from its start -> model-space actions, the recorded actions, the
+    chunks one run samples)."""
     record = bundle.reference
     if record is None or record.fields.get("kind") != REFERENCE_KIND:
         raise ValueError(f"{bundle.path}: the bundle carries no lerobot episode reference record")
@@ -301,8 +303,22 @@ def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
     missing = sorted(set(bundle.config[SECTION]["obs_cam_keys"]) - set(frames))
     if missing:
         raise ValueError(f"{bundle.path}: the reference record has no frames of cameras {missing}")
-    actions = run_episode(load_policy(bundle, backend), frames, record.fields["task"])
-    return float(np.max(np.abs(actions - record.expected["actions"]))), float(record.tolerance)
+    policy = load_policy(bundle, backend)
+
+    def run() -> np.ndarray:
+        policy.reset()
+        return run_episode(policy, frames, record.fields["task"])
+
+    config = bundle.config[SECTION]
+    per_chunk = int(config["frame_chunk_size"]) * int(config["action_per_frame"])
+    first = per_chunk - int(config["action_per_frame"])  # the first chunk's first frame is observed, not acted
+    steps = len(next(iter(frames.values())))
+    return run, record.expected["actions"], 1 + max(0, -(-(steps - first) // per_chunk))
+
+
+def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
+    run, expected, _ = reference_episode(bundle, backend)
+    return float(np.max(np.abs(run() - expected))), float(bundle.reference.tolerance)
 
 
 # ---- lerobot records (`embodied-ros parity`) -----------------------------------------------------

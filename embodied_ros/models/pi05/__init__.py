@@ -7,8 +7,8 @@ from embodied_ros.models.kit.records import FlowRecords
 from embodied_ros.models.pi05.runtime import Pi05Runtime, load_runtime, spec_of
 
 RECORDS = FlowRecords("pi0.5", __name__, ("images", "image_masks", "tokens", "token_mask"))
-recognizes_fixture, run_fixture_parity, verify_reference = (RECORDS.recognizes_fixture, RECORDS.run_fixture_parity,
-                                                           RECORDS.verify_reference)
+recognizes_fixture, run_fixture_parity, verify_reference, bench_cases = (
+    RECORDS.recognizes_fixture, RECORDS.run_fixture_parity, RECORDS.verify_reference, RECORDS.bench_cases)
 
 __all__ = ["Pi05Runtime", "load_runtime", "spec_of", "RECORDS", "recognizes_fixture", "run_fixture_parity",
-           "verify_reference"]
+           "verify_reference", "bench_cases"]

@@ -19,8 +19,8 @@ Files: config.py (dimensions, decoding settings, the tokenizers' ids and the FAS
 convert.py, tokens.py (prompt, ids, detokenization), model.py, runtime.py, parity.py (records).
 """
 
-from embodied_ros.models.pi0_fast.parity import recognizes_fixture, run_fixture_parity, verify_reference
+from embodied_ros.models.pi0_fast.parity import bench_cases, recognizes_fixture, run_fixture_parity, verify_reference
 from embodied_ros.models.pi0_fast.runtime import Pi0FastChunk, Pi0FastRuntime, load_runtime, spec_of
 
 __all__ = ["Pi0FastChunk", "Pi0FastRuntime", "load_runtime", "spec_of", "recognizes_fixture", "run_fixture_parity",
-           "verify_reference"]
+           "verify_reference", "bench_cases"]

@@ -162,3 +162,25 @@ def verify_reference(bundle, backend: str = "numba") -> tuple[float, float]:
                            record.expected[f"{key}_generated_tokens"])
         worst = max(worst, error)
     return worst, float(record.tolerance)
+
+
+def bench_cases(bundle, record: Path | None = None, backend: str = "numba") -> list:
+    """`embodied-ros bench`: the bundle's reference record; a model case runs SigLIP (perception), the
+    prefix and the greedy decode (action). The chunk's ids are not compared here (`bundle verify` does)."""
+    from embodied_ros.models.kit.bench import no_record_folders, reference_cases, timed
+    from embodied_ros.models.pi0_fast.runtime import load_runtime
+
+    no_record_folders(FAMILY, record)
+    runtime = load_runtime(bundle, backend)
+    model = runtime.model
+
+    def model_stages(ref, key):
+        images = ref.inputs[f"{key}_images"] * np.float32(2.0) - np.float32(1.0)
+        mask = ref.inputs[f"{key}_image_masks"]
+        return timed(("perception", lambda _: model.image_tokens(images, mask)),
+                     ("prefix", lambda tokens: model.build_prefix(tokens, mask, ref.inputs[f"{key}_tokens"],
+                                                                  ref.inputs[f"{key}_token_mask"])),
+                     ("action", lambda prefix: model.decode(prefix).actions))
+
+    return reference_cases(bundle, runtime, model_stages, keys=lambda ref: case_keys(list(ref.expected)),
+                           expected_of=lambda ref, key: ref.expected[f"{key}_actions"])

@@ -8,8 +8,8 @@ from embodied_ros.models.kit.records import FlowRecords
 from embodied_ros.models.smolvla.runtime import SmolVLARuntime, load_runtime, spec_of
 
 RECORDS = FlowRecords("SmolVLA", __name__, ("images", "image_masks", "tokens", "token_mask", "state"))
-recognizes_fixture, run_fixture_parity, verify_reference = (RECORDS.recognizes_fixture, RECORDS.run_fixture_parity,
-                                                           RECORDS.verify_reference)
+recognizes_fixture, run_fixture_parity, verify_reference, bench_cases = (
+    RECORDS.recognizes_fixture, RECORDS.run_fixture_parity, RECORDS.verify_reference, RECORDS.bench_cases)
 
 __all__ = ["SmolVLARuntime", "load_runtime", "spec_of", "RECORDS", "recognizes_fixture", "run_fixture_parity",
-           "verify_reference"]
+           "verify_reference", "bench_cases"]
