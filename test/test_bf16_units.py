@@ -81,3 +81,45 @@ def test_vector_products_equal_the_reference_beside_the_tiles():
     weight = to_bf16_weight(rng.standard_normal((45, 37), dtype=np.float32))
     expected = linear_bf16(x, weight)
     np.testing.assert_allclose(matmul_bf16(x, weight), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_bf16_attention_is_used_where_the_tiles_are():
+    from embodied_ros.kernels import KernelSet
+    from embodied_ros.kernels.attention_bf16 import BF16_ATTENTION, attention_for
+    ks = KernelSet("numba")
+    assert BF16_ATTENTION == (bf16_module.BF16_UNIT == "amx")
+    weight = to_bf16_weight(np.ones((64, 32), np.float32))
+    assert attention_for(ks, weight) is (ks.attention_bf16 if BF16_ATTENTION else ks.attention)
+    assert attention_for(ks, np.ones((64, 32), np.float32)) is ks.attention
+
+
+@pytest.mark.parametrize("tokens, heads, kv_heads, width", [(300, 8, 1, 256), (257, 4, 4, 72)])
+def test_bf16_attention_equals_its_reference_at_layer_sizes(tokens, heads, kv_heads, width):
+    """Gemma's shape (8 query heads on one kv head, d 256) and SigLIP's (d 72: pairs padded), masked:
+    on the tiles where the CPU has them, else the same rounding through BLAS; bf16-sized differences
+    from float32 attention."""
+    from embodied_ros.kernels.attention import attention
+    from embodied_ros.kernels.attention_bf16 import attention_bf16, attention_bf16_numba
+    rng = np.random.default_rng(tokens)
+    q = rng.standard_normal((tokens, heads, width), dtype=np.float32)
+    k = rng.standard_normal((tokens, kv_heads, width), dtype=np.float32)
+    v = rng.standard_normal((tokens, kv_heads, width), dtype=np.float32)
+    bias = np.where(rng.random((tokens, tokens)) < 0.2, np.float32(-2.3819763e38), np.float32(0)).astype(np.float32)
+    bias[:, 0] = 0
+    got = attention_bf16_numba(q, k, v, bias)
+    np.testing.assert_allclose(got, attention_bf16(q, k, v, bias), rtol=2e-3, atol=2e-3)
+    off = np.abs(got - attention(q, k, v, bias)).max()
+    assert 1e-4 < off < 3e-2, off
+
+
+@pytest.mark.skipif(not HAS_TILES, reason="needs AMX tiles; test_the_unit_follows_the_cpu checks the fallback here")
+def test_the_padded_product_reads_narrower_rows_as_zero_padded():
+    rng = np.random.default_rng(5)
+    weight = to_bf16_weight(rng.standard_normal((40, 70), dtype=np.float32))  # 70 -> 96 values of depth
+    x = rng.standard_normal((33, 70), dtype=np.float32)
+    padded = amx_gemm.amx_product(x, weight)
+    assert padded.shape == (64, 64)
+    np.testing.assert_allclose(padded[:33, :40], linear_bf16(x, weight), rtol=1e-4, atol=1e-4)
+    assert not padded[:33, 40:].any()
+    with pytest.raises(ValueError, match="at most 96"):
+        amx_gemm.amx_product(np.zeros((2, 97), np.float32), weight)

@@ -26,6 +26,7 @@ import numpy as np
 
 from embodied_ros.backbone.checks import positive, require
 from embodied_ros.backbone.prefix_cache import PrefixCacheBuilder
+from embodied_ros.kernels.attention_bf16 import attention_for
 from embodied_ros.kernels.linear import PANEL, PackedWeight, pack_weight
 from embodied_ros.kernels.linear_bf16 import Bf16Weight, to_bf16_weight
 from embodied_ros.kernels.linear_int8 import Q8Weight, pack_q8_0
@@ -154,6 +155,6 @@ def prefix_pass(ks, cfg: GemmaConfig, layers: Sequence[Mapping[str, Any]], x: np
             break
         queries, keys, values = project_qkv(ks, cfg, w, h, cos, sin)
         cache.write(index, keys, values)
-        x = x + attention_output(ks, w, ks.attention(queries, keys, values, bias))
+        x = x + attention_output(ks, w, attention_for(ks, w["attn_qkv.weight"])(queries, keys, values, bias))
         x = x + feed_forward(ks, w, ks.rms_norm(x, w["ffn_norm.weight"], cfg.eps))
     return x

@@ -32,6 +32,7 @@ import numpy as np
 
 from embodied_ros.backbone import gemma
 from embodied_ros.backbone.prefix_cache import PrefixCacheBuilder
+from embodied_ros.kernels.attention_bf16 import attention_for
 
 # transformers name under `layers.{i}.` -> runtime name under `<stack>.blk.{i}.` (before stacking)
 LAYER_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
@@ -112,6 +113,6 @@ def prefix_pass(ks, cfg: LlamaConfig, layers: Sequence[Mapping[str, Any]], x: np
             break
         queries, keys, values = gemma.project_qkv(ks, cfg, w, h, cos, sin)
         cache.write(index, keys, values)
-        x = x + gemma.attention_output(ks, w, ks.attention(queries, keys, values, bias))
+        x = x + gemma.attention_output(ks, w, attention_for(ks, w["attn_qkv.weight"])(queries, keys, values, bias))
         x = x + feed_forward(ks, w, norm(ks, x, w["ffn_norm.weight"], cfg.eps))
     return x

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.backbone.checks import positive, require
+from embodied_ros.kernels.attention_bf16 import attention_for
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ def encoder_layer(ks, cfg: VisionConfig, w: Mapping[str, Any], x: np.ndarray, n_
     h = ks.layer_norm(x, w["ln1.weight"], w["ln1.bias"], cfg.eps)
     qkv = ks.linear(h, w["attn_qkv.weight"], w["attn_qkv.bias"]).reshape(n_cameras, tokens, 3, cfg.num_heads,
                                                                           cfg.head_dim)
-    attended = np.concatenate([ks.attention(qkv[c, :, 0], qkv[c, :, 1], qkv[c, :, 2])
+    attend = attention_for(ks, w["attn_qkv.weight"])
+    attended = np.concatenate([attend(qkv[c, :, 0], qkv[c, :, 1], qkv[c, :, 2])
                                for c in range(n_cameras)])  # [N*T, H, hd]
     x = x + ks.linear(attended.reshape(x.shape), w["attn_out.weight"], w["attn_out.bias"])
     h = ks.layer_norm(x, w["ln2.weight"], w["ln2.bias"], cfg.eps)

@@ -228,33 +228,42 @@ def _product_serial(a, a_stride, row_blocks, steps, panels, n_panels, panel_byte
     _panels(a, a_stride, row_blocks, steps, panels, panel_bytes, bias, y, ldy, 0, n_panels, blocking)
 
 
-def matmul_amx_bf16(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
-    """x [N, in] float32 @ weight^T + bias -> [N, out] float32, products of bf16 values (x rounded
-    to nearest even) on the tiles. weight: a Bf16Weight whose pairs are a multiple of 16 and whose
-    panels are 64-byte aligned (`pack_bf16` makes them so)."""
-    n_out, n_in = weight.shape
+def amx_product(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
+    """x [N, k] float32 @ weight^T + bias on the tiles, k at most the weight's padded depth (the columns
+    past it read as zeros): the whole padded product [N rounded up to 32, panels x 32] float32, whose
+    features past `out` hold the bias' padding (0) and rows past N junk. weight: a Bf16Weight whose
+    pairs are a multiple of 16 and whose panels are 64-byte aligned (`pack_bf16` makes them so)."""
     panels = weight.panels
     n_panels, n_pairs = panels.shape[0], panels.shape[1]
     if n_pairs % TILE or panels.ctypes.data % ALIGN or not panels.flags.c_contiguous:
         raise ValueError("matmul_amx_bf16: the weight's panels are not in tile layout (pack it with pack_bf16)")
-    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n_in)
+    if x.ndim != 2 or x.shape[1] > 2 * n_pairs or x.dtype != np.float32 or not x.flags.c_contiguous:
+        raise ValueError(f"matmul_amx_bf16: x {x.shape} {x.dtype} is not contiguous float32 rows of at most {2 * n_pairs}")
     n_rows = x.shape[0]
     padded_bias = aligned_empty((n_panels * PANEL,), np.float32)
     padded_bias[:] = 0
     if bias is not None:
-        padded_bias[:n_out] = bias
-    if n_rows == 0:
-        return np.broadcast_to(padded_bias[:n_out], (0, n_out)).copy()
+        padded_bias[:weight.shape[0]] = bias
     row_blocks, steps = -(-n_rows // BLOCK_ROWS), n_pairs // TILE
-    tiles = aligned_empty((2 * row_blocks, steps, TILE, 2 * TILE), np.uint16)
     y = aligned_empty((row_blocks * BLOCK_ROWS, n_panels * PANEL), np.float32)
+    if n_rows == 0:
+        return y
+    tiles = aligned_empty((2 * row_blocks, steps, TILE, 2 * TILE), np.uint16)
     workers = min(numba.get_num_threads(), n_panels)
     (_to_tiles_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else _to_tiles_serial)(x, tiles)
     args = (tiles.ctypes.data, tiles.strides[0], row_blocks, steps, panels.ctypes.data, n_panels, panels.strides[0],
             padded_bias.ctypes.data, y.ctypes.data, y.strides[0], BLOCKING)
-    if workers > 1 and n_rows * n_in * n_out >= PARALLEL_MIN_MACS:
+    if workers > 1 and n_rows * x.shape[1] * weight.shape[0] >= PARALLEL_MIN_MACS:
         _product_parallel(*args, workers)
     else:
         _product_serial(*args)
-    y = y[:n_rows]
+    return y
+
+
+def matmul_amx_bf16(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
+    """x [N, in] float32 @ weight^T + bias -> [N, out] float32, products of bf16 values (x rounded
+    to nearest even) on the tiles (`amx_product`)."""
+    n_out, n_in = weight.shape
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n_in)
+    y = amx_product(x, weight, bias)[:x.shape[0]]
     return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])
