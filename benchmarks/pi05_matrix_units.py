@@ -60,11 +60,13 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--section", default="pi05_matrix_units")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[variable] = str(args.threads)  # before numba starts its pool
-    from embodied_ros.kernels import KernelSet, linear, reuse_freed_memory
+    from embodied_ros.kernels import KernelSet, reuse_freed_memory
+    from embodied_ros.kernels.linear_bf16 import BF16_UNIT
     ks = KernelSet("numba")
     reuse_freed_memory()
     rng = np.random.default_rng(0)
@@ -86,6 +88,8 @@ def main(argv=None) -> int:
                                                     dtype="both")
                 for measurement in result["measurements"]:
                     theirs[layer.name, measurement["dtype"]].extend(measurement["runs_ms"])
+    from amx_peak import describe, tile_peak_tflops
+    peak = tile_peak_tflops() and tile_peak_tflops() * args.threads
     rows = []
     for layer in layers:
         torch_f32, torch_bf16 = (np.median(theirs[layer.name, d]) if theirs[layer.name, d] else None
@@ -94,6 +98,8 @@ def main(argv=None) -> int:
             median = float(np.median(ours[layer.name, qtype]))
             rows.append({"layer": layer.name, "implementation": "embodied_ros", "weights": qtype.upper(),
                          "weights MiB": layer.weight_mib[qtype], "median ms": median,
+                         "TFLOP/s": layer.flops / median / 1e9,
+                         "% of tiles' bf16 peak": 100 * layer.flops / median / 1e9 / peak if peak else None,
                          "vs own F32": float(np.median(ours[layer.name, "f32"])) / median,
                          "PyTorch f32 / this": torch_f32 / median if torch_f32 else None,
                          "PyTorch bf16 / this": torch_bf16 / median if torch_bf16 else None,
@@ -102,9 +108,12 @@ def main(argv=None) -> int:
             if median:
                 rows.append({"layer": layer.name, "implementation": "PyTorch (LeRobot PiGemma layer)",
                              "weights": dtype.upper(), "median ms": float(median),
+                             "TFLOP/s": layer.flops / median / 1e9,
+                             "% of tiles' bf16 peak": 100 * layer.flops / median / 1e9 / peak if peak else None,
                              "runs ms": pi05_layers.ms_list(theirs[layer.name, dtype])})
     body = "\n".join([
-        f"CPU features: {common.cpu_features()}. BF16 products on AVX512-BF16: {linear.BF16_PRODUCTS}. "
+        f"CPU features: {common.cpu_features()}. BF16 products on: {BF16_UNIT or 'float32 (no bf16 unit)'}. "
+        f"{describe(args.threads)} "
         f"{args.threads} threads, {args.rounds} round(s) of {args.repeats} runs per type, the three stored types "
         "interleaved, then PyTorch f32 and bf16 in its own process (torch_reference.py). The machine is shared "
         "with other work while this runs (load average in the Machine line, on 2 cores): ratios inside one run are "
@@ -113,10 +122,11 @@ def main(argv=None) -> int:
         "from a side directory on PYTHONPATH).",
         "", common.markdown_table(products), "",
         common.markdown_table(rows, ["layer", "implementation", "weights", "weights MiB", "median ms",
-                                         "vs own F32", "PyTorch f32 / this", "PyTorch bf16 / this", "runs ms"])])
+                                         "TFLOP/s", "% of tiles' bf16 peak", "vs own F32", "PyTorch f32 / this",
+                                         "PyTorch bf16 / this", "runs ms"])])
     print(body)
     if not args.no_write:
-        common.write_section(common.REPO_ROOT / "BENCHMARKS.md", "pi05_matrix_units", body,
+        common.write_section(common.REPO_ROOT / "BENCHMARKS.md", args.section, body,
                              command="python benchmarks/pi05_matrix_units.py " + " ".join(argv or sys.argv[1:]),
                              machine=common.machine_line())
     return 0

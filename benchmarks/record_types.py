@@ -1,15 +1,17 @@
-"""A pi0.5 record end to end for each stored type, with `embodied-ros bench`, next to LeRobot.
+"""A pi0.5 or SmolVLA record end to end for each stored type, with `embodied-ros bench`, next to LeRobot.
 
-    python benchmarks/pi05_types.py [--record DIR] [--types f32,f16,bf16,q8_0,q4_k]
-                                    [--torch-dtypes f32,bf16] [--repeats 3] [--threads 2]
-                                    [--workdir DIR] [--section NAME]
+    python benchmarks/record_types.py [--record DIR] [--types f32,f16,bf16,q8_0,q4_k]
+                                      [--torch-dtypes f32,bf16] [--repeats 3] [--threads 2]
+                                      [--workdir DIR] [--section NAME]
 
 Converts the record once per stored type (`embodied-ros bundle convert RECORD OUT --quant TYPE`,
 its peak resident memory measured), runs `embodied-ros bench BUNDLE --record RECORD` on each in its
 own process (per-stage medians over every case, peak RSS, max abs action error against the
-record), then LeRobot's PI05Policy in each of its dtypes in its own process (torch_reference.py
-pi05_small --dtype: case 0 timed, every case's error), all in one run, one process at a time.
-Writes the BENCHMARKS.md section NAME (default: the record folder's name + "_types").
+record), then LeRobot's policy in each of its dtypes in its own process, all in one run, one
+process at a time: pi0.5 records through torch_reference.py pi05_small --dtype (f32, bf16; case 0
+timed, every case's error), SmolVLA records through torch_smolvla_policy.py --dtype (f32, deployed:
+the VLM in bfloat16 and the expert in float32 as a pretrained save runs, bf16; case 0 timed and
+compared). Writes the BENCHMARKS.md section NAME (default: the record folder's name + "_types").
 """
 from __future__ import annotations
 
@@ -25,8 +27,45 @@ from pathlib import Path
 import common
 
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k")
-TORCH_DTYPES = ("f32", "bf16")
 CASE0 = "case 0 chunk ms (median)"
+
+
+def pi05_torch_row(args, dtype: str) -> dict:
+    result = common.run_torch_reference("pi05_small", repeats=args.repeats, warmup=1, threads=args.threads,
+                                        dtype=dtype, record=args.record, timeout_s=7200)
+    by_name = {m["name"]: m["median_ms"] for m in result["measurements"]}
+    return {"implementation": "PyTorch (LeRobot PI05Policy)", "weights": dtype.upper(),
+            CASE0: by_name["total"], "perception ms": by_name["vision"], "prefix ms": by_name["prefix"],
+            "action ms": by_name["expert_steps_sum"], "max abs action error": result.get("max_abs_err_vs_record"),
+            "peak RSS MiB": result.get("memory", {}).get("peak_rss_mb")}
+
+
+def smolvla_torch_row(args, dtype: str) -> dict:
+    import json
+    import statistics
+    proc = subprocess.run([common.reference_python(), str(Path(__file__).parent / "torch_smolvla_policy.py"),
+                           str(args.record), "--repeats", str(args.repeats), "--threads", str(args.threads),
+                           "--dtype", dtype], capture_output=True, text=True, env=common.reference_environment(),
+                          timeout=7200)
+    if proc.returncode:
+        return {"implementation": "PyTorch (LeRobot SmolVLAPolicy)", "weights": dtype.upper(),
+                "note": f"did not run: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"}
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    median = {stage: statistics.median(run[stage] for run in result["runs"]) for stage in result["runs"][0]}
+    return {"implementation": "PyTorch (LeRobot SmolVLAPolicy)", "weights": dtype.upper(), CASE0: median["total chunk"],
+            "perception ms": median["vision"], "prefix ms": median["prefix"], "action ms": median["solver"],
+            "max abs action error": result["max_abs_err"], "peak RSS MiB": result["peak_rss_mb"]}
+
+
+TORCH = {"pi05": (("f32", "bf16"), pi05_torch_row), "smolvla": (("f32", "deployed", "bf16"), smolvla_torch_row)}
+TORCH_RUNS = {  # what the PyTorch rows are, for the section's text
+    "pi05": "LeRobot's PI05Policy.predict_action_chunk per dtype on case 0 ({repeats} timed runs after a warm-up; "
+            "its error over every case; its vision tower timed through embed_image, the prefix through the language "
+            "model's forward, the action through its denoise steps)",
+    "smolvla": "LeRobot's SmolVLAPolicy.predict_action_chunk per dtype on case 0 ({repeats} timed runs after a "
+               "warm-up; its error on case 0; perception = its embed_prefix, which also embeds the language tokens, "
+               "prefix = the VLM pass, action = the denoise steps; 'deployed' = the VLM in bfloat16 and the expert in "
+               "float32, as a pretrained save runs)"}
 
 
 def run_measured(args: list[str]) -> tuple[str, float, float]:
@@ -48,8 +87,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", type=Path, default=common.REPO_ROOT / "test" / "data" / "pi05_small")
     parser.add_argument("--types", default=",".join(TYPES), help=f"stored types, of {', '.join(TYPES)}")
-    parser.add_argument("--torch-dtypes", default=",".join(TORCH_DTYPES),
-                        help="LeRobot dtypes to run (f32, bf16), or none")
+    parser.add_argument("--torch-dtypes", default="f32,bf16",
+                        help="LeRobot dtypes to run (pi0.5: f32, bf16; SmolVLA: f32, deployed, bf16), or none")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     common.add_workdir_argument(parser, "pi05_types", "where the bundles are written")
@@ -58,7 +97,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     types = [t for t in args.types.split(",") if t]
     torch_dtypes = [] if args.torch_dtypes == "none" else [d for d in args.torch_dtypes.split(",") if d]
-    unknown = [t for t in types if t not in TYPES] + [d for d in torch_dtypes if d not in TORCH_DTYPES]
+    from embodied_ros.bundle.families import detect_family
+    family = detect_family(args.record)
+    if family not in TORCH:
+        parser.error(f"{args.record} is a {family} record; this benchmark reads pi0.5 and SmolVLA records")
+    known_dtypes, torch_row = TORCH[family]
+    unknown = [t for t in types if t not in TYPES] + [d for d in torch_dtypes if d not in known_dtypes]
     if unknown:
         parser.error(f"unknown type(s) {', '.join(unknown)}")
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
@@ -79,7 +123,7 @@ def main(argv=None) -> int:
         stages = dict(re.findall(r"^(\w+): median ([\d.]+) ms", out, re.M))
         case0 = re.search(r"^case0: chunk median ([\d.]+) ms", out, re.M)
         last = re.search(r"chunk_ms=([\d.]+) max_abs_err=(\S+) peak_rss_mb=(\d+)", out)
-        weights = re.search(r"weights (\d+) MiB", out)
+        weights = re.search(r"weights ([\d.]+) MiB", out)
         weight_mib = float(weights[1]) if weights else float("nan")
         rows.append({"implementation": "embodied_ros", "weights": qtype.upper(),
                      "bundle MiB": bundle.stat().st_size / 2**20, "weights MiB": weight_mib,
@@ -92,32 +136,23 @@ def main(argv=None) -> int:
                                                       if convert_peak else None)})
     torch_rows = []
     for dtype in torch_dtypes:
-        result = common.run_torch_reference("pi05_small", repeats=args.repeats, warmup=1, threads=args.threads,
-                                            dtype=dtype, record=args.record, timeout_s=7200)
-        by_name = {m["name"]: m["median_ms"] for m in result["measurements"]}
-        torch_rows.append({"implementation": "PyTorch (LeRobot PI05Policy)", "weights": dtype.upper(),
-                           "case 0 chunk ms (median)": by_name["total"], "perception ms": by_name["vision"],
-                           "prefix ms": by_name["prefix"], "action ms": by_name["expert_steps_sum"],
-                           "max abs action error": result.get("max_abs_err_vs_record"),
-                           "peak RSS MiB": result.get("memory", {}).get("peak_rss_mb")})
+        torch_rows.append(torch_row(args, dtype))
         print(torch_rows[-1], flush=True)
-    fastest_torch = min(torch_rows, key=lambda r: r[CASE0], default=None)
+    ran = [row for row in torch_rows if CASE0 in row]
+    fastest_torch = min(ran, key=lambda r: r[CASE0], default=None)
     for row in rows:
-        for torch_row in torch_rows:
-            row[f"PyTorch {torch_row['weights'].lower()} / this"] = torch_row[CASE0] / row[CASE0]
+        for other in ran:
+            row[f"PyTorch {other['weights'].lower()} / this"] = other[CASE0] / row[CASE0]
     columns = ["implementation", "weights", "bundle MiB", "weights MiB", CASE0, "chunk ms (median)",
                *[f"PyTorch {d} / this" for d in torch_dtypes], "perception ms", "prefix ms", "action ms",
                "max abs action error", "peak RSS MiB", "peak RSS / (1.25 x weights + 1 GiB)",
-               "conversion peak RSS MiB", "conversion peak - bundle MiB"]
+               "conversion peak RSS MiB", "conversion peak - bundle MiB", "note"]
     lines = [f"{args.record} ({name}), `embodied-ros bench --repeats {args.repeats}` per stored type (every case "
-             f"of the record, a warm-up run each), each in its own process, {args.threads} threads; then LeRobot's "
-             f"PI05Policy.predict_action_chunk per dtype on case 0 ({args.repeats} timed runs after a warm-up; "
-             "its error over every case), each in its own process, in the same run, one process at a time. "
-             "Speed ratios compare case 0 on both sides; 'chunk ms' is this runtime's median over every case "
-             "(bench's chunk_ms), 'perception / prefix / action ms' its stage medians over every case (LeRobot's: "
-             "case 0; its vision tower is timed through embed_image, the prefix through the language model's "
-             "forward, the action through its denoise steps). Action errors are the largest |action - record| over every case, the record being LeRobot's "
-             "float32 policy."]
+             f"of the record, a warm-up run each), each in its own process, {args.threads} threads; then "
+             f"{TORCH_RUNS[family].format(repeats=args.repeats)}, each in its own process, in the same run, one process "
+             "at a time. Speed ratios compare case 0 on both sides; 'chunk ms' is this runtime's median over every "
+             "case (bench's chunk_ms), 'perception / prefix / action ms' its stage medians over every case. Action "
+             "errors are the largest |action - record|, the record being LeRobot's float32 policy."]
     if fastest_torch:
         bar = fastest_torch["max abs action error"]
         eligible = [r for r in rows if r["max abs action error"] <= bar]
@@ -139,7 +174,7 @@ def main(argv=None) -> int:
     print(body)
     if not args.no_write:
         common.write_section(common.REPO_ROOT / "BENCHMARKS.md", args.section or f"{name}_types", body,
-                             command="python benchmarks/pi05_types.py " + " ".join(argv or sys.argv[1:]),
+                             command="python benchmarks/record_types.py " + " ".join(argv or sys.argv[1:]),
                              machine=common.machine_line())
     return 0
 

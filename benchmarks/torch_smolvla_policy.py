@@ -4,13 +4,17 @@ Runs in the PyTorch reference environment (docs/reference.md); bench_smolvla.py 
 subprocess:
 
     python benchmarks/torch_smolvla_policy.py RECORD [--repeats R] [--warmup W] [--threads T]
+                                             [--dtype f32|deployed|bf16]
 
 SmolVLA builds its VLM from the hub name's config even with load_vlm_weights=False; offline, the
 two lookups in lerobot's smolvlm_with_expert module (AutoConfig, AutoProcessor) are answered with a
 SmolVLMConfig of the record's dimensions, the record's model.safetensors is loaded, and case 0 runs
 through `predict_action_chunk(batch, noise=...)`, eager float32. Stage times come from wrappers:
 vision + embeddings = `embed_prefix`, each Euler step = `denoise_step`, prefix pass = the rest of
-`sample_actions`. Prints one JSON object: runs (per run: stage -> ms), peak_rss_mb, max_abs_err.
+`sample_actions`. --dtype: f32 (the default), deployed (the VLM in bfloat16 and the expert in float32,
+as SmolVLA runs a pretrained save: it loads the VLM with torch_dtype="bfloat16") or bf16 (the whole
+policy and its inputs in bfloat16). Prints one JSON object: runs (per run: stage -> ms), peak_rss_mb,
+max_abs_err (case 0).
 """
 from __future__ import annotations
 
@@ -78,6 +82,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", choices=("f32", "deployed", "bf16"), default="f32")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     record = json.load(open(os.path.join(args.record, "config.json")))
@@ -88,13 +93,18 @@ def main() -> int:
     if missing or unexpected:
         print(f"state dict does not fit: missing {missing[:3]}, unexpected {unexpected[:3]}", file=sys.stderr)
         return 2
+    if args.dtype == "deployed":
+        policy.model.vlm_with_expert.vlm.to(torch.bfloat16)
+    elif args.dtype == "bf16":
+        policy.to(torch.bfloat16)
+    inputs_dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     order = record["cases"][0]["model_image_slots"]
-    images = torch.from_numpy(cases["case0_images"])
+    images = torch.from_numpy(cases["case0_images"]).to(inputs_dtype)
     batch = {name: images[i:i + 1] for i, name in enumerate(order) if name != "padding"}
     batch["observation.language.tokens"] = torch.from_numpy(cases["case0_tokens"])[None]
     batch["observation.language.attention_mask"] = torch.from_numpy(cases["case0_token_mask"])[None]
-    batch["observation.state"] = torch.from_numpy(cases["case0_state"])[None]
-    noise = torch.from_numpy(cases["case0_noise"])[None]
+    batch["observation.state"] = torch.from_numpy(cases["case0_state"])[None].to(inputs_dtype)
+    noise = torch.from_numpy(cases["case0_noise"])[None].to(inputs_dtype)
 
     model, spent = policy.model, {}
 
@@ -121,10 +131,10 @@ def main() -> int:
             steps = spent["step"]
             runs.append({"vision": spent["vision"][0], "prefix": spent["sample"][0] - spent["vision"][0] - sum(steps),
                          "solver": sum(steps), "total chunk": total})
-    error = float(np.abs(actions[0].numpy() - cases["case0_actions"]).max())
+    error = float(np.abs(actions[0].float().numpy() - cases["case0_actions"]).max())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"runs": runs, "peak_rss_mb": round(peak, 1), "max_abs_err": error,
-                      "threads": args.threads, "torch": torch.__version__}))
+                      "threads": args.threads, "dtype": args.dtype, "torch": torch.__version__}))
     return 0
 
 
