@@ -23,7 +23,7 @@ from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
 from embodied_ros.heads import flow, interleaved_expert, rtc
 from embodied_ros.heads.flow import time_embedding
 from embodied_ros.heads.interleaved_expert import ExpertLayer
-from embodied_ros.kernels import KernelSet, reuse_freed_memory
+from embodied_ros.kernels import KernelSet, release_pages, reuse_freed_memory
 from embodied_ros.kernels.attention import MASKED
 from embodied_ros.kernels.linear import pack_for_products
 from embodied_ros.kernels.quant import QuantTensor
@@ -33,16 +33,21 @@ from embodied_ros.models.smolvla.weights import check_weights, is_linear_weight
 
 def prepare_weights(weights: Mapping[str, Any], pack: bool = False) -> dict[str, Any]:
     """float32 C-contiguous arrays (memory-mapped float32 kept as is); quantized matrices stay
-    QuantTensors, other quantized tensors are expanded; with `pack`, float32 matrices are packed
-    once for the CPU product."""
+    QuantTensors, other quantized tensors are expanded; with `pack`, the products' matrices are
+    copied once into the layout the CPU product reads (`pack_for_products`: float32 panels, bf16 pair
+    panels, int8 panels) and the stored form's mapped pages are handed back."""
     prepared = {}
     for name, weight in weights.items():
         if isinstance(weight, QuantTensor):
-            prepared[name] = weight if is_linear_weight(name) else weight.dequantize()
+            stored = weight if is_linear_weight(name) else weight.dequantize()
         else:
-            prepared[name] = np.ascontiguousarray(weight, dtype=np.float32)
-            if pack and is_linear_weight(name) and name != "lm.token_embd":
-                prepared[name] = pack_for_products(prepared[name])
+            stored = np.ascontiguousarray(weight, dtype=np.float32)
+        if pack and is_linear_weight(name) and name != "lm.token_embd":
+            packed = pack_for_products(stored)
+            if packed is not stored:
+                release_pages(stored.data if isinstance(stored, QuantTensor) else stored)
+            stored = packed
+        prepared[name] = stored
     return prepared
 
 
