@@ -18,6 +18,7 @@ import math
 import numba
 import numpy as np
 
+from embodied_ros.kernels.cpu.allocator import recycled_empty
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, jit
 from embodied_ros.kernels.cpu.vector_math import exp_f32
 from embodied_ros.kernels.registry import kernel, reference
@@ -123,7 +124,7 @@ def _as_rows(x: np.ndarray) -> np.ndarray:
 
 @kernel("gelu_tanh", "numba")
 def gelu_tanh_numba(x: np.ndarray) -> np.ndarray:
-    out = np.empty(x.shape, np.float32)
+    out = recycled_empty(x.shape, np.float32)
     rows = _as_rows(x)
     (_gelu_rows_parallel if x.size >= PARALLEL_MIN_ELEMENTS and rows.shape[0] > 1 else _gelu_rows)(rows, _as_rows(out))
     return out
@@ -147,7 +148,7 @@ def gelu_tanh_glu_numba(gate_up: np.ndarray) -> np.ndarray:
     if gate_up.shape[-1] % 2:
         raise ValueError(f"gelu_tanh_glu: the last axis holds [gate | up] and must be even, got {gate_up.shape}")
     gate_up = np.ascontiguousarray(gate_up, dtype=np.float32)
-    out = np.empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2), np.float32)
+    out = recycled_empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2), np.float32)
     run = _gelu_glu_rows_parallel if out.size >= PARALLEL_MIN_ELEMENTS and out.ndim > 1 else _gelu_glu_rows
     run(_as_rows(gate_up), _as_rows(out))
     return out

@@ -25,7 +25,7 @@ import numpy as np
 from llvmlite import binding as llvm_binding
 from numba import types
 
-from embodied_ros.kernels.cpu.allocator import ALIGN, aligned_empty
+from embodied_ros.kernels.cpu.allocator import ALIGN, aligned_empty, recycled_empty
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 
@@ -245,10 +245,10 @@ def amx_product(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.nda
     if bias is not None:
         padded_bias[:weight.shape[0]] = bias
     row_blocks, steps = -(-n_rows // BLOCK_ROWS), n_pairs // TILE
-    y = aligned_empty((row_blocks * BLOCK_ROWS, n_panels * PANEL), np.float32)
+    y = recycled_empty((row_blocks * BLOCK_ROWS, n_panels * PANEL), np.float32)
     if n_rows == 0:
         return y
-    tiles = aligned_empty((2 * row_blocks, steps, TILE, 2 * TILE), np.uint16)
+    tiles = recycled_empty((2 * row_blocks, steps, TILE, 2 * TILE), np.uint16)
     workers = min(numba.get_num_threads(), n_panels)
     (_to_tiles_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else _to_tiles_serial)(x, tiles)
     args = (tiles.ctypes.data, tiles.strides[0], row_blocks, steps, panels.ctypes.data, n_panels, panels.strides[0],
