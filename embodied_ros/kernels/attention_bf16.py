@@ -4,11 +4,13 @@ in float32, the softmax's numerators rounded to bf16 for the product with v, eac
 float32. Shapes and masking as `attention` (attention.py).
 
 The numba kernel stacks the query heads of each kv head into one matrix, as attention.py's BLAS
-path does, and runs both products on the AMX tiles (`amx_product`: the keys, then the transposed
-values, packed per call as the weight of a product; the scores stay in the product's padded
-buffer). Without tiles the same rounded values multiply in float32 (a product of two bf16 values
-is exact in float32) through BLAS: the same math, for machines where layers are not sent here.
-`BF16_ATTENTION` is where they are: only where the tiles make it faster than float32 attention.
+path does, and runs every kv head in one compiled call (`_tile_heads`): the head's keys, and its
+values transposed, packed into bf16 pair panels as the weights of two products on the AMX tiles
+(amx_gemm.py), the scores softmaxed in place in the first product's padded output. Without tiles
+the same rounded values multiply in float32 (a product of two bf16 values is exact in float32)
+through BLAS: the same math, for machines where layers are not sent here.
+`BF16_ATTENTION` and `attention_for` say where they are: only where the tiles make it faster than
+float32 attention.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import numba
 import numpy as np
 
 from embodied_ros.kernels.attention import _check_heads, _examples
-from embodied_ros.kernels.cpu.amx_gemm import amx_product
-from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, bf16_bits, pack_bf16
+from embodied_ros.kernels.cpu.allocator import aligned_empty, recycled_empty
+from embodied_ros.kernels.cpu.amx_gemm import (BLOCK_ROWS, BLOCKING, TILE, _product_parallel,  # noqa: PLC2701
+                                               _to_tiles_parallel)
+from embodied_ros.kernels.cpu.bf16_gemm import PAIRS_MULTIPLE, Bf16Weight, bf16_bits
 from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.vector_ir import PANEL
 from embodied_ros.kernels.cpu.vector_attention import softmax_numerators
 from embodied_ros.kernels.linear_bf16 import BF16_UNIT
 from embodied_ros.kernels.registry import kernel, reference
@@ -51,24 +56,116 @@ def attention_bf16(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray
 
 
 @jit(parallel=True, fastmath={"reassoc", "contract"})
-def _numerators(scores, n_keys, scale, bias, group, inv_totals):  # pragma: no cover - compiled
-    """Rows of raw scores (the first n_keys columns) -> softmax numerators in place, the columns past
-    n_keys zeroed; row r (query r // group) reads bias row r // group ([Tq, Tk], or [0, 0])."""
-    for r in numba.prange(inv_totals.shape[0]):
+def _numerators(scores, rows, n_keys, scale, bias, group, inv_totals):  # pragma: no cover - compiled
+    """The first `rows` rows of raw scores (their first n_keys columns) -> softmax numerators in place,
+    the columns past n_keys zeroed; row r (query r // group) reads bias row r // group ([Tq, Tk], or
+    [0, 0])."""
+    for r in numba.prange(rows):
         inv_totals[r] = softmax_numerators(scores[r, :n_keys], scale, bias, r // group, _NO_KEY_BIAS)
         scores[r, n_keys:] = 0
 
 
-def _product(x: np.ndarray, weight: Bf16Weight | np.ndarray) -> np.ndarray:
-    """x @ weight^T: on the tiles for a Bf16Weight (the padded product), else rounded values in float32."""
-    if isinstance(weight, Bf16Weight):
-        return amx_product(x, weight)
-    return to_bf16_values(x) @ weight.T
+@jit(inline="always")
+def _bf16_bits(bits):  # pragma: no cover - compiled
+    return (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
 
 
-def _operand(values: np.ndarray) -> Bf16Weight | np.ndarray:
-    """[out, in] float32 -> what `_product` multiplies by: packed for the tiles where they run."""
-    return pack_bf16(bf16_bits(values)) if BF16_ATTENTION else to_bf16_values(values)
+@jit()
+def _pack_keys(keys, head, panels):  # pragma: no cover - compiled
+    """Keys [Tk, Hkv, d] (C order) of one head as the weight [Tk, d] of a product: bf16 pair panels
+    [ceil(Tk / 32), pairs, 32] uint32, zero past Tk and past d."""
+    n_keys, width = keys.shape[0], keys.shape[2]
+    for p in range(panels.shape[0]):
+        for i in range(PANEL):
+            r = PANEL * p + i
+            if r >= n_keys:
+                panels[p, :, i] = 0
+                continue
+            bits = keys[r, head].view(np.uint32)
+            for j in range(panels.shape[1]):
+                lo = _bf16_bits(bits[2 * j]) if 2 * j < width else np.uint32(0)
+                hi = _bf16_bits(bits[2 * j + 1]) if 2 * j + 1 < width else np.uint32(0)
+                panels[p, j, i] = lo | (hi << np.uint32(16))
+
+
+@jit()
+def _pack_values(values, head, panels):  # pragma: no cover - compiled
+    """Values [Tk, Hkv, d] (C order) of one head as the weight [d, Tk] of a product (transposed)."""
+    n_keys, width = values.shape[0], values.shape[2]
+    for j in range(panels.shape[1]):
+        if 2 * j >= n_keys:
+            panels[:, j, :] = 0
+            continue
+        even = values[2 * j, head].view(np.uint32)
+        odd = values[2 * j + 1, head].view(np.uint32) if 2 * j + 1 < n_keys else even
+        for p in range(panels.shape[0]):
+            for i in range(PANEL):
+                c = PANEL * p + i
+                if c >= width:
+                    panels[p, j, i] = 0
+                else:
+                    hi = _bf16_bits(odd[c]) if 2 * j + 1 < n_keys else np.uint32(0)
+                    panels[p, j, i] = _bf16_bits(even[c]) | (hi << np.uint32(16))
+
+
+@jit()
+def _tile_heads(q_groups, keys, values, bias, scale, group, q_tiles, key_panels, zeros, scores, score_tiles,
+                value_panels, attended, inv_totals, out, blocking, workers):  # pragma: no cover - compiled
+    """Every kv head g: out[g] = softmax(q_groups[g] k_g^T * scale + bias) v_g on the tiles. The
+    buffers are 64-byte aligned and sized by attention_bf16_numba; rows of scores past the queries
+    are scratch."""
+    rows, n_keys = q_groups.shape[1], keys.shape[0]
+    row_blocks = scores.shape[0] // BLOCK_ROWS
+    width = out.shape[2]
+    for g in range(keys.shape[1]):
+        _pack_keys(keys, g, key_panels)
+        _to_tiles_parallel(q_groups[g], q_tiles)
+        _product_parallel(q_tiles.ctypes.data, q_tiles.strides[0], row_blocks, q_tiles.shape[1],
+                          key_panels.ctypes.data, key_panels.shape[0], key_panels.strides[0], zeros.ctypes.data,
+                          scores.ctypes.data, scores.strides[0], blocking, min(workers, key_panels.shape[0]))
+        _numerators(scores, rows, n_keys, scale, bias, group, inv_totals)
+        _to_tiles_parallel(scores, score_tiles)
+        _pack_values(values, g, value_panels)
+        _product_parallel(score_tiles.ctypes.data, score_tiles.strides[0], row_blocks, score_tiles.shape[1],
+                          value_panels.ctypes.data, value_panels.shape[0], value_panels.strides[0],
+                          zeros.ctypes.data, attended.ctypes.data, attended.strides[0], blocking,
+                          min(workers, value_panels.shape[0]))
+        for r in range(rows):
+            for c in range(width):
+                out[g, r, c] = attended[r, c] * inv_totals[r]
+
+
+def _on_tiles(q_groups: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, group: int) -> np.ndarray:
+    n_kv, rows, width = q_groups.shape
+    n_keys = k.shape[0]
+    row_blocks = -(-rows // BLOCK_ROWS)
+    width_pairs = -(-width // (2 * PAIRS_MULTIPLE)) * PAIRS_MULTIPLE
+    key_pairs = -(-n_keys // (2 * PAIRS_MULTIPLE)) * PAIRS_MULTIPLE
+    key_panels = aligned_empty((-(-n_keys // PANEL), width_pairs, PANEL), np.uint32)
+    value_panels = aligned_empty((-(-width // PANEL), key_pairs, PANEL), np.uint32)
+    zeros = aligned_empty((max(key_panels.shape[0], value_panels.shape[0]) * PANEL,), np.float32)
+    zeros[:] = 0
+    q_tiles = recycled_empty((2 * row_blocks, width_pairs // TILE, TILE, 2 * TILE), np.uint16)
+    scores = recycled_empty((row_blocks * BLOCK_ROWS, key_panels.shape[0] * PANEL), np.float32)
+    score_tiles = recycled_empty((2 * row_blocks, key_pairs // TILE, TILE, 2 * TILE), np.uint16)
+    attended = recycled_empty((row_blocks * BLOCK_ROWS, value_panels.shape[0] * PANEL), np.float32)
+    out = np.empty((n_kv, rows, width), np.float32)
+    _tile_heads(q_groups, k, v, bias, np.float32(width ** -0.5), group, q_tiles, key_panels, zeros, scores,
+                score_tiles, value_panels, attended, np.empty(rows, np.float32), out, BLOCKING,
+                numba.get_num_threads())
+    return out
+
+
+def _rounded_in_float32(q_groups: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, group: int) -> np.ndarray:
+    """The same math without tiles: bf16-rounded values multiplied in float32 through BLAS."""
+    n_kv, rows, width = q_groups.shape
+    out = np.empty((n_kv, rows, width), np.float32)
+    inv_totals = np.empty(rows, np.float32)
+    for g in range(n_kv):
+        scores = np.ascontiguousarray(to_bf16_values(q_groups[g]) @ to_bf16_values(k[:, g]).T)
+        _numerators(scores, rows, k.shape[0], np.float32(width ** -0.5), bias, group, inv_totals)
+        out[g] = (to_bf16_values(scores) @ to_bf16_values(v[:, g])) * inv_totals[:, None]
+    return out
 
 
 @kernel("attention_bf16", "numba")
@@ -80,22 +177,24 @@ def attention_bf16_numba(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.n
     bias = _NO_BIAS if bias is None else np.ascontiguousarray(np.broadcast_to(bias, (n_queries, n_keys)), np.float32)
     q_groups = np.ascontiguousarray(q.reshape(n_queries, n_kv, group, width).transpose(1, 0, 2, 3),
                                     np.float32).reshape(n_kv, n_queries * group, width)
-    rows = n_queries * group
-    out = np.empty((n_kv, rows, width), np.float32)
-    for g in range(n_kv):
-        scores = _product(q_groups[g], _operand(np.ascontiguousarray(k[:, g], np.float32)))
-        inv_totals = np.empty(rows, np.float32)
-        _numerators(scores, n_keys, np.float32(width ** -0.5), bias, group, inv_totals)
-        values_t = np.ascontiguousarray(np.asarray(v[:, g], np.float32).T)  # [d, Tk]
-        attended = _product(np.ascontiguousarray(scores[:rows]), _operand(values_t))
-        out[g] = attended[:rows, :width] * inv_totals[:, None]
+    k, v = np.ascontiguousarray(k, np.float32), np.ascontiguousarray(v, np.float32)
+    out = (_on_tiles if BF16_ATTENTION else _rounded_in_float32)(q_groups, k, v, bias, group)
     return out.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
 
 
-def attention_for(ks, weight) -> callable:
+TILE_HEAD_WIDTH = 128  # narrower heads attend in float32 (see attention_for)
+
+
+def attention_for(ks, weight, head_width: int) -> callable:
     """The attention of a layer whose projection weight is `weight`: bf16 products where the layer is
-    stored in bf16 and the tiles make them faster, else float32 attention."""
-    return ks.attention_bf16 if BF16_ATTENTION and isinstance(weight, Bf16Weight) else ks.attention
+    stored in bf16, the tiles make them faster and heads are at least TILE_HEAD_WIDTH wide, else
+    float32 attention. The score product's depth is the head width: at 64-72 (two tile steps) the
+    accumulators go to memory after every other instruction, and on the 2-core Xeon float32 attention
+    was faster (SmolVLM vision, 1024 tokens x 12 heads of 64: 15 against 21 ms; pi0.5's SigLIP, 256 x
+    16 of 72: 1.9 against 7.4), while Gemma's 968 tokens x 8 heads of 256 took 14 against 30 ms."""
+    if BF16_ATTENTION and head_width >= TILE_HEAD_WIDTH and isinstance(weight, Bf16Weight):
+        return ks.attention_bf16
+    return ks.attention
 
 
 __all__ = ["BF16_ATTENTION", "attention_bf16", "attention_for", "to_bf16_values"]
