@@ -61,3 +61,15 @@ def test_sources_without_settings_refuse_them(tmp_path):
     result = convert(str(block), str(tmp_path / "w.gguf"), "--set", "a=1")
     assert result.returncode == 1 and "--set settings apply to lerobot lingbot_va checkpoints only" in result.stderr
     assert not (tmp_path / "w.gguf").exists()
+
+
+@pytest.mark.parametrize("record", ["pi05_tiny", "pi0_tiny", "smolvla_tiny"])
+def test_a_reference_record_takes_the_robot_settings_and_refuses_dimensions(tmp_path, record):
+    folder = Path(__file__).parent / "data" / record
+    out = tmp_path / "r.gguf"
+    result = convert(str(folder), str(out), "--set", "action_period_s=0.1")
+    assert result.returncode == 0, result.stderr
+    assert open_bundle(out).robot.action_period_s == pytest.approx(0.1)
+    result = convert(str(folder), str(tmp_path / "x.gguf"), "--set", "lm.num_heads=3")
+    assert result.returncode == 1 and "applies to LeRobot saves only" in result.stderr
+    assert result.stderr.count("\n") == 1

@@ -4,6 +4,7 @@ written from it (checked against a reference record when one is given)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -77,6 +78,25 @@ def check_overrides(overrides: Mapping[str, Any] | None, known: frozenset[str], 
     if unknown:
         raise ValueError(f"unknown {family} conversion setting(s) {unknown}; known: {sorted(known)}")
     return overrides
+
+
+def record_config(config, overrides: Mapping[str, Any], source: Path):
+    """A reference record's model config with the robot settings of `--set` (action_period_s,
+    state_names); its dimensions are its own, so a setting of those is refused."""
+    fixed = sorted(set(overrides) - {"state_names", "action_period_s", "tokenizer"})
+    if fixed:
+        raise ValueError(f"{source}: a reference record states its dimensions in config.json; --set "
+                         f"{', '.join(fixed)} applies to LeRobot saves only")
+    changes: dict[str, Any] = {}
+    if "action_period_s" in overrides:
+        changes["action_period_s"] = float(overrides["action_period_s"])
+    if "state_names" in overrides:
+        names = tuple(overrides["state_names"])
+        if len(names) != len(config.state_names):
+            raise ValueError(f"{source}: --set state_names has {len(names)} names, the model reads "
+                             f"{len(config.state_names)} state values")
+        changes["state_names"] = names
+    return dataclasses.replace(config, **changes)
 
 
 def tokenizer_bytes(source: Path, overrides: Mapping[str, Any], default_file: str, what: str) -> bytes | None:

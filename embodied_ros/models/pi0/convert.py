@@ -53,7 +53,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         config = Pi0Config.from_dict(paligemma.config_from_lerobot(raw_config, weights, hints).to_dict())
         stats = lerobot_save.lerobot_stats(source, raw_config, default_mode="MEAN_STD")
     else:
-        config = Pi0Config.from_fixture_json(raw_config)
+        config = lerobot_save.record_config(Pi0Config.from_fixture_json(raw_config), overrides, source)
         stats = {}
     weights = stack_projections(weights)
     check_weights(weights, config)

@@ -63,7 +63,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         config = config_from_lerobot(raw_config, weights, hints)
         stats = lerobot_stats(source, raw_config)
     else:
-        config = Pi05Config.from_fixture_json(raw_config)
+        config = lerobot_save.record_config(Pi05Config.from_fixture_json(raw_config), overrides, source)
         stats = {}
     weights = stack_projections(weights)
     check_weights(weights, config)

@@ -76,7 +76,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         config = _config_from_lerobot(raw, weights, hints)
         stats = _lerobot_stats(source, raw)
     else:
-        config = SmolVLAConfig.from_fixture_json(raw)
+        config = lerobot_save.record_config(SmolVLAConfig.from_fixture_json(raw), overrides, source)
         stats = {}
     weights = stack_projections(weights, config)
     check_weights(weights, config)
