@@ -4,15 +4,16 @@ The weight is a `Bf16Weight` as packed for AVX512-BF16 (bf16_gemm.py): a panel r
 of 32 output features, 128 bytes, so 16 panel rows read at a stride of 128 bytes are the B tile of
 16 features (64 bytes of pairs each), and the next 64 bytes the other 16. Nothing is packed twice.
 x is rounded to bf16 once per product into A tiles, [row blocks of 16, k steps of 16 pairs, 16, 16]
-uint32: each tile 1 KiB, contiguous. A tile row 4 KiB from the next maps to the same L1 set, and
-tiles not on 64-byte lines load at half speed (measured: 0.8 vs 2.8 TFLOP/s on one core), so every
-operand here is aligned and tiles never straddle lines.
+uint32: each tile 1 KiB, contiguous. Tiles not on 64-byte lines load at under a third of the
+speed (0.8 vs 2.8 TFLOP/s on one core), so every operand here is aligned and tiles never straddle
+lines.
 
-The block product (32 rows x 32 features: 2 A, 2 B and 4 accumulator tiles, all eight registers) is
-LLVM IR over the `x86_amx` intrinsics, compiled by llvmlite at import (numba has no tile type) and
-called from numba's loops by its symbol name, so those loops cache like every other kernel. Linux
-traps the first tile instruction of a process that has not asked for the tile state
-(`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, kernel 5.16+): `tile_units_available` asks.
+The block product (32 rows x 32 features: 2 A, 2 B and 4 accumulator tiles, all eight registers)
+is LLVM IR over the `x86_amx` intrinsics, compiled by llvmlite when the tiles are first asked for
+(numba has no tile type) and called from numba's loops by its symbol name, so those loops cache
+like every other kernel. Linux traps the first tile instruction of a process that has not asked
+for the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, kernel 5.16+):
+`tile_units_available` asks.
 """
 
 from __future__ import annotations
