@@ -56,3 +56,50 @@ def test_model_calls_take_turns_only_when_told(turns):
     assert len(runtime.intervals) > 20
     overlaps = _overlaps(runtime.intervals)
     assert (overlaps == 0) if turns else (overlaps > 0), f"{overlaps} overlapping calls of {len(runtime.intervals)}"
+
+
+def _take_turns(turns, requests, holder_started, release, order):
+    """Threads asking for turns at `requests` positions while a holder has the turn; their order."""
+    def ask(position):
+        with turns.turn(position):
+            order.append(position)
+
+    threads = []
+    for position in requests:
+        threads.append(threading.Thread(target=ask, args=(position,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 2
+        while position not in turns._waiting and time.monotonic() < deadline:
+            time.sleep(0.001)
+    release.set()
+    for thread in threads:
+        thread.join(timeout=5)
+
+
+def test_the_stage_furthest_down_the_pipeline_goes_first_but_never_twice_while_others_wait():
+    from embodied_ros.nodes.stage import ModelCallTurns
+    turns, order = ModelCallTurns(), []
+    release, started = threading.Event(), threading.Event()
+
+    def hold():
+        with turns.turn(4):  # the action head has the turn
+            started.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    started.wait(5)
+    _take_turns(turns, [1, 4, 2], started, release, order)
+    holder.join(timeout=5)
+    # 4 just ran (the holder): the prefix (2) goes before the action head's next call, then 4, then 1
+    assert order == [2, 4, 1]
+
+
+def test_a_re_solve_on_unchanged_input_gives_way_instead_of_waiting():
+    from embodied_ros.nodes.stage import ModelCallTurns
+    turns = ModelCallTurns()
+    with turns.turn_if_free(-1) as taken:  # nobody else: it runs
+        assert taken is turns and turns.turn_if_free(-1) is None  # busy: the next one gives way
+    with turns.turn(2):
+        assert turns.turn_if_free(-1) is None
+    assert turns.turn_if_free(-1) is not None

@@ -103,3 +103,22 @@ def test_a_dry_run_is_watched_on_the_preview_topic_and_refused_chunks_are_counte
         monitor.destroy_node()
     finally:
         rclpy.try_shutdown(context=context)
+
+
+def test_a_stage_that_cannot_run_is_named_with_its_reason_but_not_for_the_start_up_wait():
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    try:
+        monitor = GraphMonitor(50.0, "joint_trajectory", context=context)
+        warn, stale = DiagnosticStatus.WARN, "perception output is {} ms old (limit 1000 ms)"
+        for level, message in [(warn, "no perception output yet"), (warn, stale.format(1512)),
+                               (warn, stale.format(1620)), (DiagnosticStatus.OK, "running"), (warn, "inactive")]:
+            monitor._on_diagnostics(DiagnosticArray(status=[DiagnosticStatus(name="/prefix: prefix", level=level,
+                                                                              message=message)]), 0, 0)
+        assert {stage: dict(kinds) for stage, kinds in monitor.stage_problems.items()} == {
+            "prefix": {"perception output is N ms old (limit N ms)": 2}}
+        monitor.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)
+    text = format_report(_report(stage_problems={"prefix": {"perception output is N ms old (limit N ms)": 2}}))
+    assert "prefix could not run: perception output is N ms old (limit N ms) (2 reports)" in text

@@ -14,9 +14,10 @@ for the commands (`RunRows`; exact while a run has fewer, within about 0.2 perce
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -25,12 +26,15 @@ from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from embodied_ros.node_infra.node_table import NODE_NAMES
+from embodied_ros.node_infra.node_table import NODE_NAMES, NODES
 from embodied_ros.node_infra.polled import PolledGroup, ignore_message, take_all
 from embodied_ros.node_infra.stats import percentiles, reason_kind
 from embodied_ros.node_infra.topics import DIAGNOSTICS, TIMING, command_topic
 from embodied_ros.inputs.stamps import reception_ns, time_to_ns
 from embodied_ros.msg import StageTiming
+
+STAGES = tuple(node.name for node in NODES if node.schedule_key)  # the model's stages
+STARTUP_WAIT = re.compile(r"no \w+ output yet")  # a stage's reason to skip while the graph starts
 
 POLL_PERIOD_S = 0.1
 RECENT_S = 10.0  # the longest window a live summary reads
@@ -100,6 +104,7 @@ class GraphMonitor(Node):
         self.input_problem = ""  # the observation node's newest complaint about the inputs
         self.inputs_refused = False  # whether that complaint is the observation node's current state
         self.hold_reasons: Counter[str] = Counter()
+        self.stage_problems: defaultdict[str, Counter[str]] = defaultdict(Counter)  # stage -> reason kind -> reports
         message_type = JointTrajectory if output == "joint_trajectory" else Float64MultiArray
         inbox, no_events = PolledGroup(), SubscriptionEventCallbacks(use_default_callbacks=False)
         self._inbox = []  # (subscription, handler(msg, received wall ns, arrived monotonic ns))
@@ -165,6 +170,11 @@ class GraphMonitor(Node):
                     self.inputs_refused = status.level == DiagnosticStatus.ERROR
                     if self.inputs_refused:
                         self.input_problem = status.message
+            elif status.name.rsplit(": ", 1)[-1] in STAGES and status.level != DiagnosticStatus.OK:
+                reason = reason_kind(status.message)
+                if reason != "inactive" and not STARTUP_WAIT.fullmatch(reason):  # a stage that cannot run
+                    with self.lock:
+                        self.stage_problems[status.name.rsplit(": ", 1)[-1]][reason] += 1
 
     def current_input_problem(self) -> str:
         """The observation node's reason for refusing its inputs, while it refuses them; "" otherwise."""

@@ -40,6 +40,8 @@ class UpReport:
     hold_reasons: dict[str, int]  # kind of hold (numbers as N) -> how often the controller entered it
     exited: dict[str, int] = field(default_factory=dict)  # nodes in processes of their own that ended early
     input_problem: str = ""  # the observation node's last complaint about the inputs, if any
+    # stage -> why it could not run (reason kind, numbers as N) -> diagnostics reports saying so
+    stage_problems: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -124,8 +126,9 @@ def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, doma
             for node in nodes:
                 node.destroy_node()
             rclpy.try_shutdown(context=context)
+    problems = {stage: dict(kinds) for stage, kinds in monitor.stage_problems.items()}
     return UpReport(config.layout, config.bundle, ran_s, first_chunk_s, stages, commands, dict(monitor.hold_reasons),
-                    exited, monitor.input_problem)
+                    exited, monitor.input_problem, problems)
 
 
 def _start_robot(config: GraphConfig, spec: ModelSpec, namespace: str, domain_id: int | None) -> SeparateGraph:
@@ -231,6 +234,8 @@ def format_report(report: UpReport) -> str:
     if report.first_chunk_s is not None:
         lines.append("holds after the first chunk: " + ("; ".join(f"{n}x {reason}" for reason, n in holds.items())
                                                        if holds else "none"))
+    for stage, kinds in report.stage_problems.items():
+        lines.append(f"{stage} could not run: " + "; ".join(f"{reason} ({n} reports)" for reason, n in kinds.items()))
     if report.exited:
         lines.append(f"node processes that ended early: {report.exited}")
     return "\n".join(lines)

@@ -274,7 +274,8 @@ class ComputeConfig:
                            "computes; 0: the stages run at the graph's priority", 5)
     stage_turns: bool = _doc("the stages of one process make their model calls in turn, not at once: each call's "
                              "parallel kernels use every core, so calls at once only take the cores from one "
-                             "another (false: at once)", True)
+                             "another; the waiting call furthest down the pipeline goes first (false: at once)",
+                             True)
     stall_exit_s: float = _doc("a graph process whose Python interpreter stays held this long (a call into the "
                                "middleware or a kernel that never returns) writes every thread's stack to its log "
                                "and exits with status 1, for launch's respawn or a supervisor to restart it; 0: "

@@ -16,7 +16,7 @@ from typing import Any
 
 from rclpy.timer import Timer
 
-from embodied_ros.node_infra.node_table import upstream_of
+from embodied_ros.node_infra.node_table import NODE_NAMES, upstream_of
 from embodied_ros.node_infra.priority import lower_this_thread
 from embodied_ros.node_infra.schedule import FreeRunTrigger, LockstepGate
 from embodied_ros.node_infra.topics import stage_topic
@@ -27,7 +27,56 @@ from embodied_ros.nodes.base import GraphNode
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 
 
-MODEL_CALL_TURN = threading.Lock()  # compute.stage_turns: one model call at a time in this process
+class ModelCallTurns:
+    """compute.stage_turns: one model call at a time in this process. Of the stages waiting for their
+    turn, the one furthest down the pipeline goes first, and no position takes two turns in a row
+    while another waits; a re-solve on unchanged input runs only when nobody else wants the turn. With a
+    plain lock a slow vision tower took the turn back before the action head that waits on the
+    prefix it had just fed: on two cores a released-size SmolVLA chunk was 5 s old when published,
+    for 2 s of compute."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._busy = False
+        self._waiting: list[int] = []  # pipeline positions of the calls waiting
+        self._last: int | None = None  # the position that took the last turn
+
+    def _next(self) -> int:
+        others = [p for p in self._waiting if p != self._last]
+        return max(others or self._waiting)
+
+    @contextlib.contextmanager
+    def turn(self, position: int):
+        with self._changed:
+            self._waiting.append(position)
+            while self._busy or position != self._next():
+                self._changed.wait()
+            self._waiting.remove(position)
+            self._busy, self._last = True, position
+        try:
+            yield
+        finally:
+            self._release()
+
+    def turn_if_free(self, position: int):
+        """The turn if nobody has it or waits for it, else None: a re-solve on unchanged input gives
+        way instead of holding its thread behind calls that have new input."""
+        with self._changed:
+            if self._busy or self._waiting:
+                return None
+            self._busy, self._last = True, position
+        return contextlib.closing(self)
+
+    def close(self) -> None:  # the end of a turn taken by turn_if_free
+        self._release()
+
+    def _release(self) -> None:
+        with self._changed:
+            self._busy = False
+            self._changed.notify_all()
+
+
+MODEL_CALL_TURNS = ModelCallTurns()
 
 
 class StageNode(GraphNode):
@@ -128,16 +177,23 @@ class StageNode(GraphNode):
         if self._timer is not None:
             self._timer.reset()  # the timer counts from this run
         inputs = {name: output for name, (_, output) in self.latest.items()}
-        if self._run(0, inputs, self.now_ns()):
+        if self._run(0, inputs, self.now_ns(), fresh=versions != self.used_versions):
             self.used_versions = versions
 
-    def _run(self, step: int, inputs: dict[str, Any], now_ns: int) -> bool:
+    def _run(self, step: int, inputs: dict[str, Any], now_ns: int, fresh: bool = True) -> bool:
+        """fresh: something upstream changed since the last run (a re-solve on the same input runs only
+        when no other call wants the turn)."""
         problem = self._input_problem(inputs, now_ns)
         if problem:
             return self._skip(step, now_ns, problem, error=False)
         lower_this_thread(self.config.compute.stage_nice)
         result, failure = None, None
-        with MODEL_CALL_TURN if self.config.compute.stage_turns else contextlib.nullcontext():
+        turn = contextlib.nullcontext()
+        if self.config.compute.stage_turns:
+            turn = MODEL_CALL_TURNS.turn(NODE_NAMES.index(self.stage)) if fresh else MODEL_CALL_TURNS.turn_if_free(-1)
+            if turn is None:
+                return False  # a re-solve on unchanged input gives way to calls with new input
+        with turn:
             started = time.perf_counter()  # after the wait for the turn: compute_ms is the call alone
             try:
                 result = self.compute(step, inputs)
