@@ -22,7 +22,7 @@ from embodied_ros.kernels.attention import _check_heads, _examples
 from embodied_ros.kernels.cpu.allocator import aligned_empty, recycled_empty
 from embodied_ros.kernels.cpu.amx_gemm import (BLOCK_ROWS, BLOCKING, TILE, _product_parallel,  # noqa: PLC2701
                                                _to_tiles_parallel)
-from embodied_ros.kernels.cpu.bf16_gemm import PAIRS_MULTIPLE, Bf16Weight, bf16_bits
+from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, bf16_bits, bf16_bits_of, padded_pairs
 from embodied_ros.kernels.cpu.jit import jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 from embodied_ros.kernels.cpu.vector_attention import softmax_numerators
@@ -65,11 +65,6 @@ def _numerators(scores, rows, n_keys, scale, bias, group, inv_totals):  # pragma
         scores[r, n_keys:] = 0
 
 
-@jit(inline="always")
-def _bf16_bits(bits):  # pragma: no cover - compiled
-    return (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-
-
 @jit()
 def _pack_keys(keys, head, panels):  # pragma: no cover - compiled
     """Keys [Tk, Hkv, d] (C order) of one head as the weight [Tk, d] of a product: bf16 pair panels
@@ -81,10 +76,10 @@ def _pack_keys(keys, head, panels):  # pragma: no cover - compiled
             if r >= n_keys:
                 panels[p, :, i] = 0
                 continue
-            bits = keys[r, head].view(np.uint32)
+            row = keys[r, head]
             for j in range(panels.shape[1]):
-                lo = _bf16_bits(bits[2 * j]) if 2 * j < width else np.uint32(0)
-                hi = _bf16_bits(bits[2 * j + 1]) if 2 * j + 1 < width else np.uint32(0)
+                lo = bf16_bits_of(row[2 * j]) if 2 * j < width else np.uint32(0)
+                hi = bf16_bits_of(row[2 * j + 1]) if 2 * j + 1 < width else np.uint32(0)
                 panels[p, j, i] = lo | (hi << np.uint32(16))
 
 
@@ -96,16 +91,16 @@ def _pack_values(values, head, panels):  # pragma: no cover - compiled
         if 2 * j >= n_keys:
             panels[:, j, :] = 0
             continue
-        even = values[2 * j, head].view(np.uint32)
-        odd = values[2 * j + 1, head].view(np.uint32) if 2 * j + 1 < n_keys else even
+        even = values[2 * j, head]
+        odd = values[2 * j + 1, head] if 2 * j + 1 < n_keys else even
         for p in range(panels.shape[0]):
             for i in range(PANEL):
                 c = PANEL * p + i
                 if c >= width:
                     panels[p, j, i] = 0
                 else:
-                    hi = _bf16_bits(odd[c]) if 2 * j + 1 < n_keys else np.uint32(0)
-                    panels[p, j, i] = _bf16_bits(even[c]) | (hi << np.uint32(16))
+                    hi = bf16_bits_of(odd[c]) if 2 * j + 1 < n_keys else np.uint32(0)
+                    panels[p, j, i] = bf16_bits_of(even[c]) | (hi << np.uint32(16))
 
 
 @jit()
@@ -139,8 +134,7 @@ def _on_tiles(q_groups: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarr
     n_kv, rows, width = q_groups.shape
     n_keys = k.shape[0]
     row_blocks = -(-rows // BLOCK_ROWS)
-    width_pairs = -(-width // (2 * PAIRS_MULTIPLE)) * PAIRS_MULTIPLE
-    key_pairs = -(-n_keys // (2 * PAIRS_MULTIPLE)) * PAIRS_MULTIPLE
+    width_pairs, key_pairs = padded_pairs(width), padded_pairs(n_keys)
     key_panels = aligned_empty((-(-n_keys // PANEL), width_pairs, PANEL), np.uint32)
     value_panels = aligned_empty((-(-width // PANEL), key_pairs, PANEL), np.uint32)
     zeros = aligned_empty((max(key_panels.shape[0], value_panels.shape[0]) * PANEL,), np.float32)
@@ -189,9 +183,10 @@ def attention_for(ks, weight, head_width: int) -> callable:
     """The attention of a layer whose projection weight is `weight`: bf16 products where the layer is
     stored in bf16, the tiles make them faster and heads are at least TILE_HEAD_WIDTH wide, else
     float32 attention. The score product's depth is the head width: at 64-72 (two tile steps) the
-    accumulators go to memory after every other instruction, and on the 2-core Xeon float32 attention
-    was faster (SmolVLM vision, 1024 tokens x 12 heads of 64: 15 against 21 ms; pi0.5's SigLIP, 256 x
-    16 of 72: 1.9 against 7.4), while Gemma's 968 tokens x 8 heads of 256 took 14 against 30 ms."""
+    accumulators go to memory after every other instruction, and on the 2-core Xeon the tiles gained
+    nothing there (SmolVLM vision, 1024 tokens x 12 heads of 64: 15.2 ms either way; pi0.5's SigLIP,
+    256 x 16 of 72: 2.1 against 1.8 in float32), while Gemma's 968 tokens x 8 heads of 256 took 14
+    against 29 ms."""
     if BF16_ATTENTION and head_width >= TILE_HEAD_WIDTH and isinstance(weight, Bf16Weight):
         return ks.attention_bf16
     return ks.attention

@@ -27,6 +27,7 @@ from llvmlite import binding as llvm_binding
 from numba import types
 
 from embodied_ros.kernels.cpu.allocator import ALIGN, aligned_empty, recycled_empty
+from embodied_ros.kernels.cpu.bf16_gemm import bf16_bits_of
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 
@@ -153,11 +154,6 @@ def _compile_block() -> None:
 
 
 @jit(inline="always")
-def _bf16_round(bits):  # pragma: no cover - compiled
-    return (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-
-
-@jit(inline="always")
 def _tile_row_block(x, tiles, block):  # pragma: no cover - compiled
     """Rows 16 block..16 block + 15 of x [N, k] float32 into tiles[block] ([steps, 16, 32] uint16: bf16,
     nearest even), zero past N and past k."""
@@ -170,16 +166,16 @@ def _tile_row_block(x, tiles, block):  # pragma: no cover - compiled
             for s in range(steps):
                 tiles[block, s, r, :] = 0
             continue
-        bits = x[row].view(np.uint32)
+        values = x[row]
         for s in range(full_steps):
             out = tiles[block, s, r]
             for i in range(32):
-                out[i] = np.uint16(_bf16_round(bits[32 * s + i]))
+                out[i] = np.uint16(bf16_bits_of(values[32 * s + i]))
         for s in range(full_steps, steps):
             out = tiles[block, s, r]
             for i in range(32):
                 k = 32 * s + i
-                out[i] = np.uint16(_bf16_round(bits[k])) if k < depth else np.uint16(0)
+                out[i] = np.uint16(bf16_bits_of(values[k])) if k < depth else np.uint16(0)
 
 
 @jit()

@@ -163,8 +163,8 @@ def _product_serial(x, panels, bias, y):  # pragma: no cover - compiled
 @jit(inline="always")
 def _round_row(x, out, r):  # pragma: no cover - compiled
     for i in range(out.shape[1]):
-        low = _bf16_bits(x[r, 2 * i]) if 2 * i < x.shape[1] else np.uint32(0)
-        high = _bf16_bits(x[r, 2 * i + 1]) if 2 * i + 1 < x.shape[1] else np.uint32(0)
+        low = bf16_bits_of(x[r, 2 * i]) if 2 * i < x.shape[1] else np.uint32(0)
+        high = bf16_bits_of(x[r, 2 * i + 1]) if 2 * i + 1 < x.shape[1] else np.uint32(0)
         out[r, i] = low | (high << np.uint32(16))
 
 
@@ -183,7 +183,8 @@ def _round_parallel(x, out):  # pragma: no cover - compiled
 
 
 @jit(inline="always")
-def _bf16_bits(value):  # pragma: no cover - compiled
+def bf16_bits_of(value):  # pragma: no cover - compiled
+    """A float32 -> its bf16 bit pattern (uint32), rounded to nearest even."""
     bits = np.uint32(np.float32(value).view(np.uint32))
     return (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
 
@@ -220,10 +221,15 @@ class Bf16Weight:
         return (halves.astype(np.uint32) << 16).view(np.float32)
 
 
+def padded_pairs(depth: int) -> int:
+    """k pairs of a panel over `depth` values: depth / 2 rounded up to a multiple of PAIRS_MULTIPLE."""
+    return -(-depth // (2 * PAIRS_MULTIPLE)) * PAIRS_MULTIPLE
+
+
 def pack_bf16(bits: np.ndarray) -> Bf16Weight:
     """[out, in] uint16 bf16 bit patterns -> Bf16Weight (the panels are the one resident copy)."""
     n_out, n_in = bits.shape
-    n_panels, n_pairs = -(-n_out // PANEL), -(-n_in // (2 * PAIRS_MULTIPLE)) * PAIRS_MULTIPLE
+    n_panels, n_pairs = -(-n_out // PANEL), padded_pairs(n_in)
     panels = aligned_empty((n_panels, n_pairs, PANEL), np.uint32)
     padded = np.zeros((PANEL, 2 * n_pairs), np.uint16)
     for p in range(n_panels):  # a panel at a time: no second whole-matrix copy while packing
