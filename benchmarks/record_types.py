@@ -16,8 +16,10 @@ compared). Writes the BENCHMARKS.md section NAME (default: the record folder's n
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,8 +43,6 @@ def pi05_torch_row(args, dtype: str) -> dict:
 
 
 def smolvla_torch_row(args, dtype: str) -> dict:
-    import json
-    import statistics
     proc = subprocess.run([common.reference_python(), str(Path(__file__).parent / "torch_smolvla_policy.py"),
                            str(args.record), "--repeats", str(args.repeats), "--threads", str(args.threads),
                            "--dtype", dtype], capture_output=True, text=True, env=common.reference_environment(),

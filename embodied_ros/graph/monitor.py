@@ -170,11 +170,11 @@ class GraphMonitor(Node):
                     self.inputs_refused = status.level == DiagnosticStatus.ERROR
                     if self.inputs_refused:
                         self.input_problem = status.message
-            elif status.name.rsplit(": ", 1)[-1] in STAGES and status.level != DiagnosticStatus.OK:
+            elif (stage := status.name.rsplit(": ", 1)[-1]) in STAGES and status.level != DiagnosticStatus.OK:
                 reason = reason_kind(status.message)
                 if reason != "inactive" and not STARTUP_WAIT.fullmatch(reason):  # a stage that cannot run
                     with self.lock:
-                        self.stage_problems[status.name.rsplit(": ", 1)[-1]][reason] += 1
+                        self.stage_problems[stage][reason] += 1
 
     def current_input_problem(self) -> str:
         """The observation node's reason for refusing its inputs, while it refuses them; "" otherwise."""

@@ -149,7 +149,8 @@ def gelu_tanh_glu_numba(gate_up: np.ndarray) -> np.ndarray:
         raise ValueError(f"gelu_tanh_glu: the last axis holds [gate | up] and must be even, got {gate_up.shape}")
     gate_up = np.ascontiguousarray(gate_up, dtype=np.float32)
     out = recycled_empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2), np.float32)
-    run = _gelu_glu_rows_parallel if out.size >= PARALLEL_MIN_ELEMENTS and out.ndim > 1 else _gelu_glu_rows
-    run(_as_rows(gate_up), _as_rows(out))
+    rows = _as_rows(out)
+    (_gelu_glu_rows_parallel if out.size >= PARALLEL_MIN_ELEMENTS and rows.shape[0] > 1 else _gelu_glu_rows)(
+        _as_rows(gate_up), rows)
     return out
 

@@ -26,7 +26,6 @@ from embodied_ros.kernels.cpu.jit import vector_units_available
 from embodied_ros.kernels.registry import kernel, reference
 
 
-
 def _bf16_unit() -> str | None:
     """"amx", "avx512_bf16" or None (float32 products). EMBODIED_ROS_BF16_PRODUCTS=0 keeps float32
     products (16-bit weights decoded as packed); EMBODIED_ROS_AMX=0 keeps the tiles unused."""

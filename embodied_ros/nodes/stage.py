@@ -45,18 +45,15 @@ class ModelCallTurns:
         others = [p for p in self._waiting if p != self._last]
         return max(others or self._waiting)
 
-    @contextlib.contextmanager
     def turn(self, position: int):
+        """The turn of a call at pipeline `position`, once it comes (a context manager)."""
         with self._changed:
             self._waiting.append(position)
             while self._busy or position != self._next():
                 self._changed.wait()
             self._waiting.remove(position)
             self._busy, self._last = True, position
-        try:
-            yield
-        finally:
-            self._release()
+        return self._held()
 
     def turn_if_free(self, position: int):
         """The turn if nobody has it or waits for it, else None: a re-solve on unchanged input gives
@@ -65,15 +62,16 @@ class ModelCallTurns:
             if self._busy or self._waiting:
                 return None
             self._busy, self._last = True, position
-        return contextlib.closing(self)
+        return self._held()
 
-    def close(self) -> None:  # the end of a turn taken by turn_if_free
-        self._release()
-
-    def _release(self) -> None:
-        with self._changed:
-            self._busy = False
-            self._changed.notify_all()
+    @contextlib.contextmanager
+    def _held(self):
+        try:
+            yield self
+        finally:
+            with self._changed:
+                self._busy = False
+                self._changed.notify_all()
 
 
 MODEL_CALL_TURNS = ModelCallTurns()

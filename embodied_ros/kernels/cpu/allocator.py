@@ -60,7 +60,6 @@ def release_pages(array: np.ndarray) -> None:
                                                   _MADV_DONTNEED)
 
 
-
 def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     """An array whose first byte is on a 64-byte line (what tile loads need at full speed)."""
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize

@@ -52,10 +52,7 @@ def _case_names(arrays) -> list[str]:
 
 def run_case(model, inputs, noise: np.ndarray, key: str) -> np.ndarray:
     """Model-space actions [H, action_dim] of one recorded case (inputs named `{key}_<input>`)."""
-    grids = [tuple(int(v) for v in g[1:]) for g in np.asarray(inputs[f"{key}_image_grid_thw"])]
-    backbone = model.backbone(inputs[f"{key}_pixel_values"], grids, inputs[f"{key}_input_ids"])
-    actions = model.sample_actions(backbone, inputs[f"{key}_state"], noise, int(inputs[f"{key}_embodiment_id"]))
-    return actions[:, : model.config.action_dim]
+    return model_stages(model, inputs, key, noise)()[1]
 
 
 def run_cases(model, folder: Path, tolerance: float) -> Iterator[CaseResult]:

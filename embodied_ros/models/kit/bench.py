@@ -56,13 +56,8 @@ def whole(run: Callable[[], np.ndarray]) -> Stages:
 
 def pipeline_stages(runtime, observation: Observation, noise: np.ndarray | None) -> Stages:
     """The graph's stages of a model without a world predictor, on a raw observation."""
-    prefix: dict[str, Any] = {}
-
-    def build(embeddings):
-        prefix["cache"] = runtime.build_prefix(embeddings, observation)
-        return prefix["cache"]
-
-    return timed(("perception", lambda _: runtime.encode(observation)), ("prefix", build),
+    return timed(("perception", lambda _: runtime.encode(observation)),
+                 ("prefix", lambda embeddings: runtime.build_prefix(embeddings, observation)),
                  ("action", lambda cache: runtime.act(cache, runtime.predict_world(cache, None), noise).actions))
 
 

@@ -54,6 +54,11 @@ def case_count(cases) -> int:
     return len({name.split("_")[0] for name in names if name.startswith("case") and name.endswith("_noise")})
 
 
+def recorded_images(inputs, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """A model record's case images in [-1, 1] (recorded in [0, 1]) and their camera mask."""
+    return inputs[f"{key}_images"] * np.float32(2.0) - np.float32(1.0), inputs[f"{key}_image_masks"]
+
+
 def rtc_case_settings(case: dict) -> rtc.RtcSettings | None:
     """The RTC settings of a recorded case (LeRobot's RTCConfig); None when RTC is off."""
     config = case.get("rtc_config")
@@ -263,13 +268,14 @@ class FlowRecords:
 
     # ---- running cases ---------------------------------------------------------------------
 
-    def model_prefix(self, model, inputs, key: str):
-        """The prefix cache of one recorded case; inputs holds `{key}_images`, ... as recorded."""
-        images = inputs[f"{key}_images"] * np.float32(2.0) - np.float32(1.0)
-        mask = inputs[f"{key}_image_masks"]
+    def model_prefix(self, model, inputs, key: str, image_tokens: np.ndarray | None = None):
+        """The prefix cache of one recorded case; inputs holds `{key}_images`, ... as recorded.
+        image_tokens: the case's vision output, where it is already computed."""
+        images, mask = recorded_images(inputs, key)
+        if image_tokens is None:
+            image_tokens = model.image_tokens(images, mask)
         extras = tuple(inputs[f"{key}_{name}"] for name in self.model_inputs[4:])
-        return model.build_prefix(model.image_tokens(images, mask), mask, inputs[f"{key}_tokens"],
-                                  inputs[f"{key}_token_mask"], *extras)
+        return model.build_prefix(image_tokens, mask, inputs[f"{key}_tokens"], inputs[f"{key}_token_mask"], *extras)
 
     def model_case(self, model, inputs, key: str, action_dim: int, noise: np.ndarray | None = None) -> np.ndarray:
         """Model-space actions of one recorded case (its noise `{key}_noise` unless given)."""
@@ -315,12 +321,9 @@ class FlowRecords:
         """A model record's case as the perception, prefix and action stages."""
         from embodied_ros.models.kit.bench import timed
 
-        images = inputs[f"{key}_images"] * np.float32(2.0) - np.float32(1.0)
-        mask = inputs[f"{key}_image_masks"]
-        extras = tuple(inputs[f"{key}_{name}"] for name in self.model_inputs[4:])
+        images, mask = recorded_images(inputs, key)
         return timed(("perception", lambda _: model.image_tokens(images, mask)),
-                     ("prefix", lambda tokens: model.build_prefix(tokens, mask, inputs[f"{key}_tokens"],
-                                                                  inputs[f"{key}_token_mask"], *extras)),
+                     ("prefix", lambda tokens: self.model_prefix(model, inputs, key, tokens)),
                      ("action", lambda cache: model.sample_actions(cache, noise)))
 
     def bench_cases(self, bundle, record: Path | None = None, backend: str = "numba") -> list:

@@ -55,8 +55,7 @@ def case_keys(arrays) -> list[str]:
 
 def model_case(model, inputs, key: str):
     """The decoded chunk of one model-level case; `inputs` holds `{key}_images`, ... as recorded."""
-    images = inputs[f"{key}_images"] * np.float32(2.0) - np.float32(1.0)
-    mask = inputs[f"{key}_image_masks"]
+    images, mask = records.recorded_images(inputs, key)
     prefix = model.build_prefix(model.image_tokens(images, mask), mask, inputs[f"{key}_tokens"],
                                 inputs[f"{key}_token_mask"])
     return model.decode(prefix)
@@ -175,8 +174,7 @@ def bench_cases(bundle, record: Path | None = None, backend: str = "numba") -> l
     model = runtime.model
 
     def model_stages(ref, key):
-        images = ref.inputs[f"{key}_images"] * np.float32(2.0) - np.float32(1.0)
-        mask = ref.inputs[f"{key}_image_masks"]
+        images, mask = records.recorded_images(ref.inputs, key)
         return timed(("perception", lambda _: model.image_tokens(images, mask)),
                      ("prefix", lambda tokens: model.build_prefix(tokens, mask, ref.inputs[f"{key}_tokens"],
                                                                   ref.inputs[f"{key}_token_mask"])),
