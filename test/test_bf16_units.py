@@ -89,9 +89,8 @@ def test_bf16_attention_is_used_where_the_tiles_are():
     ks = KernelSet("numba")
     assert BF16_ATTENTION == (bf16_module.BF16_UNIT == "amx")
     weight = to_bf16_weight(np.ones((64, 32), np.float32))
-    assert attention_for(ks, weight, 256) is (ks.attention_bf16 if BF16_ATTENTION else ks.attention)
-    assert attention_for(ks, weight, 64) is ks.attention  # narrow heads: float32 was faster
-    assert attention_for(ks, np.ones((64, 32), np.float32), 256) is ks.attention
+    assert attention_for(ks, weight) is (ks.attention_bf16 if BF16_ATTENTION else ks.attention)
+    assert attention_for(ks, np.ones((64, 32), np.float32)) is ks.attention
 
 
 @pytest.mark.parametrize("tokens, heads, kv_heads, width", [(300, 8, 1, 256), (257, 4, 4, 72)])
@@ -111,6 +110,19 @@ def test_bf16_attention_equals_its_reference_at_layer_sizes(tokens, heads, kv_he
     np.testing.assert_allclose(got, attention_bf16(q, k, v, bias), rtol=2e-3, atol=2e-3)
     off = np.abs(got - attention(q, k, v, bias)).max()
     assert 1e-4 < off < 3e-2, off
+
+
+def test_bf16_attention_reads_the_views_of_a_stacked_projection():
+    """SigLIP's q, k and v are strided views of one [tokens, 3, heads, d] product; rows past a block
+    of 32 (tokens x heads not a multiple of it) and keys past a panel are padding."""
+    from embodied_ros.kernels.attention_bf16 import attention_bf16, attention_bf16_numba
+    rng = np.random.default_rng(3)
+    qkv = rng.standard_normal((203, 3, 5, 64), dtype=np.float32)
+    q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+    assert not q.flags.c_contiguous
+    got = attention_bf16_numba(q, k, v)
+    assert got.shape == (203, 5, 64) and got.flags.c_contiguous
+    np.testing.assert_allclose(got, attention_bf16(q, k, v), rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.skipif(not HAS_TILES, reason="needs AMX tiles; test_the_unit_follows_the_cpu checks the fallback here")

@@ -155,6 +155,6 @@ def prefix_pass(ks, cfg: GemmaConfig, layers: Sequence[Mapping[str, Any]], x: np
             break
         queries, keys, values = project_qkv(ks, cfg, w, h, cos, sin)
         cache.write(index, keys, values)
-        x = x + attention_output(ks, w, attention_for(ks, w["attn_qkv.weight"], cfg.head_dim)(queries, keys, values, bias))
+        x = x + attention_output(ks, w, attention_for(ks, w["attn_qkv.weight"])(queries, keys, values, bias))
         x = x + feed_forward(ks, w, ks.rms_norm(x, w["ffn_norm.weight"], cfg.eps))
     return x

@@ -113,6 +113,6 @@ def prefix_pass(ks, cfg: LlamaConfig, layers: Sequence[Mapping[str, Any]], x: np
             break
         queries, keys, values = gemma.project_qkv(ks, cfg, w, h, cos, sin)
         cache.write(index, keys, values)
-        x = x + gemma.attention_output(ks, w, attention_for(ks, w["attn_qkv.weight"], cfg.head_dim)(queries, keys, values, bias))
+        x = x + gemma.attention_output(ks, w, attention_for(ks, w["attn_qkv.weight"])(queries, keys, values, bias))
         x = x + feed_forward(ks, w, norm(ks, x, w["ffn_norm.weight"], cfg.eps))
     return x

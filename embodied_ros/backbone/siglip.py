@@ -100,7 +100,7 @@ def encoder_layer(ks, cfg: VisionConfig, w: Mapping[str, Any], x: np.ndarray, n_
     h = ks.layer_norm(x, w["ln1.weight"], w["ln1.bias"], cfg.eps)
     qkv = ks.linear(h, w["attn_qkv.weight"], w["attn_qkv.bias"]).reshape(n_cameras, tokens, 3, cfg.num_heads,
                                                                           cfg.head_dim)
-    attend = attention_for(ks, w["attn_qkv.weight"], cfg.head_dim)
+    attend = attention_for(ks, w["attn_qkv.weight"])
     attended = np.concatenate([attend(qkv[c, :, 0], qkv[c, :, 1], qkv[c, :, 2])
                                for c in range(n_cameras)])  # [N*T, H, hd]
     x = x + ks.linear(attended.reshape(x.shape), w["attn_out.weight"], w["attn_out.bias"])

@@ -18,14 +18,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from embodied_ros.kernels.attention import _check_heads, _examples
-from embodied_ros.kernels.cpu.allocator import aligned_empty, recycled_empty
-from embodied_ros.kernels.cpu.amx_gemm import (BLOCK_ROWS, BLOCKING, TILE, _product_parallel,  # noqa: PLC2701
-                                               _to_tiles_parallel)
+from embodied_ros.kernels.attention import _check_heads, _examples, _float32
+from embodied_ros.kernels.cpu.allocator import aligned_empty
+from embodied_ros.kernels.cpu.amx_gemm import BLOCK_ROWS, TILE, _tile_row_block, block_against_panels  # noqa: PLC2701
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, bf16_bits, bf16_bits_of, padded_pairs
 from embodied_ros.kernels.cpu.jit import jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
-from embodied_ros.kernels.cpu.vector_attention import softmax_numerators
+from embodied_ros.kernels.cpu.vector_attention import row_max, softmax_numerators
+from embodied_ros.kernels.cpu.vector_math import exp_f32, exp_into_bf16
 from embodied_ros.kernels.linear_bf16 import BF16_UNIT
 from embodied_ros.kernels.registry import kernel, reference
 
@@ -103,91 +103,151 @@ def _pack_values(values, head, panels):  # pragma: no cover - compiled
                     panels[p, j, i] = bf16_bits_of(even[c]) | (hi << np.uint32(16))
 
 
-@jit()
-def _tile_heads(q_groups, keys, values, bias, scale, group, q_tiles, key_panels, zeros, scores, score_tiles,
-                value_panels, attended, inv_totals, out, blocking, workers):  # pragma: no cover - compiled
-    """Every kv head g: out[g] = softmax(q_groups[g] k_g^T * scale + bias) v_g on the tiles. The
-    buffers are 64-byte aligned and sized by attention_bf16_numba; rows of scores past the queries
-    are scratch."""
-    rows, n_keys = q_groups.shape[1], keys.shape[0]
-    row_blocks = scores.shape[0] // BLOCK_ROWS
-    width = out.shape[2]
-    for g in range(keys.shape[1]):
-        _pack_keys(keys, g, key_panels)
-        _to_tiles_parallel(q_groups[g], q_tiles)
-        _product_parallel(q_tiles.ctypes.data, q_tiles.strides[0], row_blocks, q_tiles.shape[1],
-                          key_panels.ctypes.data, key_panels.shape[0], key_panels.strides[0], zeros.ctypes.data,
-                          scores.ctypes.data, scores.strides[0], blocking, min(workers, key_panels.shape[0]))
-        _numerators(scores, rows, n_keys, scale, bias, group, inv_totals)
-        _to_tiles_parallel(scores, score_tiles)
-        _pack_values(values, g, value_panels)
-        _product_parallel(score_tiles.ctypes.data, score_tiles.strides[0], row_blocks, score_tiles.shape[1],
-                          value_panels.ctypes.data, value_panels.shape[0], value_panels.strides[0],
-                          zeros.ctypes.data, attended.ctypes.data, attended.strides[0], blocking,
-                          min(workers, value_panels.shape[0]))
-        for r in range(rows):
-            for c in range(width):
-                out[g, r, c] = attended[r, c] * inv_totals[r]
+@jit(inline="always")
+def _numerators_into_tiles(row, scale, bias, bias_row, tiles, r):  # pragma: no cover - compiled
+    """A row of raw scores -> its softmax numerators rounded to bf16 as row r of the A tiles [2, steps,
+    16, 32] (zero past the row's end); returns 1 / the sum of the float32 numerators. The row is
+    changed in place where a bias is added."""
+    factor = scale
+    if bias.shape[0]:
+        for j in range(row.shape[0]):
+            row[j] = row[j] * scale + bias[bias_row, j]
+        factor = np.float32(1.0)
+    top = row_max(row)
+    n_keys = row.shape[0]
+    full = n_keys // (2 * TILE)
+    first = tiles[r // TILE, 0, r % TILE]
+    total = exp_into_bf16(row.ctypes.data, full, top, factor, first.ctypes.data, tiles.strides[1])
+    for step in range(full, tiles.shape[1]):
+        out = tiles[r // TILE, step, r % TILE]
+        for i in range(2 * TILE):
+            k = 2 * TILE * step + i
+            e = exp_f32((row[k] - top) * factor) if k < n_keys else np.float32(0.0)
+            total += e
+            out[i] = np.uint16(bf16_bits_of(e))
+    return np.float32(1.0) / total
 
 
-def _on_tiles(q_groups: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, group: int) -> np.ndarray:
-    n_kv, rows, width = q_groups.shape
-    n_keys = k.shape[0]
+@jit(inline="always")
+def _query_tiles(q, g, group, first, tiles):  # pragma: no cover - compiled
+    """Rows first..first + 31 of kv head g's stacked queries (row R: query R // group, head
+    g * group + R % group of q [Tq, Hq, d]) rounded to bf16 into A tiles [2, steps, 16, 32], zero past
+    the queries and past d."""
+    n_rows, width = q.shape[0] * group, q.shape[2]
+    full_steps = width // (2 * TILE)
+    for r in range(BLOCK_ROWS):
+        row = first + r
+        if row >= n_rows:
+            tiles[r // TILE, :, r % TILE, :] = 0
+            continue
+        values = q[row // group, g * group + row % group]
+        for step in range(full_steps):
+            out = tiles[r // TILE, step, r % TILE]
+            for i in range(2 * TILE):
+                out[i] = np.uint16(bf16_bits_of(values[2 * TILE * step + i]))
+        for step in range(full_steps, tiles.shape[1]):
+            out = tiles[r // TILE, step, r % TILE]
+            for i in range(2 * TILE):
+                c = 2 * TILE * step + i
+                out[i] = np.uint16(bf16_bits_of(values[c])) if c < width else np.uint16(0)
+
+
+@jit(parallel=True)
+def _pack_heads(keys, values, key_panels, value_panels):  # pragma: no cover - compiled
+    for g in numba.prange(keys.shape[1]):
+        _pack_keys(keys, g, key_panels[g])
+        _pack_values(values, g, value_panels[g])
+
+
+@jit(parallel=True, fastmath={"reassoc", "contract"})
+def _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, scale, q_tiles, scores, score_tiles, attended,
+                       inv_totals, out):  # pragma: no cover - compiled
+    """out [Tq, Hq, d] for every (kv head g, block of 32 of its stacked query rows), the work items
+    split evenly between the workers (the buffers' first axis): the block's scores [32, keys] on the
+    tiles (block_against_panels), their softmax numerators rounded into A tiles, times the head's
+    value panels, each row scaled by 1 / its sum."""
+    n_queries, n_heads, width = q.shape
+    n_kv = key_panels.shape[0]
+    group = n_heads // n_kv
+    rows = n_queries * group
     row_blocks = -(-rows // BLOCK_ROWS)
+    workers = q_tiles.shape[0]
+    items = n_kv * row_blocks
+    for worker in numba.prange(workers):
+        q_w, s_w, p_w, a_w, inv = (q_tiles[worker], scores[worker], score_tiles[worker], attended[worker],
+                                   inv_totals[worker])
+        for item in range(worker * items // workers, (worker + 1) * items // workers):
+            g, first = item // row_blocks, (item % row_blocks) * BLOCK_ROWS
+            valid = min(BLOCK_ROWS, rows - first)
+            _query_tiles(q, g, group, first, q_w)
+            block_against_panels(q_w.ctypes.data, q_w.strides[0], key_panels[g].ctypes.data,
+                                 key_panels.strides[1], key_panels.shape[1], s_w.ctypes.data, s_w.strides[0],
+                                 q_w.shape[1])
+            for r in range(BLOCK_ROWS):
+                if r < valid:
+                    inv[r] = _numerators_into_tiles(s_w[r, :n_keys], scale, bias, (first + r) // group, p_w, r)
+                else:
+                    p_w[r // TILE, :, r % TILE, :] = 0
+            block_against_panels(p_w.ctypes.data, p_w.strides[0], value_panels[g].ctypes.data,
+                                 value_panels.strides[1], value_panels.shape[1], a_w.ctypes.data, a_w.strides[0],
+                                 p_w.shape[1])
+            for r in range(valid):
+                row = first + r
+                target = out[row // group, g * group + row % group]
+                for c in range(width):
+                    target[c] = a_w[r, c] * inv[r]
+
+
+def _on_tiles(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    n_queries, n_heads, width = q.shape
+    n_keys, n_kv = k.shape[0], k.shape[1]
     width_pairs, key_pairs = padded_pairs(width), padded_pairs(n_keys)
-    key_panels = aligned_empty((-(-n_keys // PANEL), width_pairs, PANEL), np.uint32)
-    value_panels = aligned_empty((-(-width // PANEL), key_pairs, PANEL), np.uint32)
-    zeros = aligned_empty((max(key_panels.shape[0], value_panels.shape[0]) * PANEL,), np.float32)
-    zeros[:] = 0
-    q_tiles = recycled_empty((2 * row_blocks, width_pairs // TILE, TILE, 2 * TILE), np.uint16)
-    scores = recycled_empty((row_blocks * BLOCK_ROWS, key_panels.shape[0] * PANEL), np.float32)
-    score_tiles = recycled_empty((2 * row_blocks, key_pairs // TILE, TILE, 2 * TILE), np.uint16)
-    attended = recycled_empty((row_blocks * BLOCK_ROWS, value_panels.shape[0] * PANEL), np.float32)
-    out = np.empty((n_kv, rows, width), np.float32)
-    _tile_heads(q_groups, k, v, bias, np.float32(width ** -0.5), group, q_tiles, key_panels, zeros, scores,
-                score_tiles, value_panels, attended, np.empty(rows, np.float32), out, BLOCKING,
-                numba.get_num_threads())
+    key_panels = aligned_empty((n_kv, -(-n_keys // PANEL), width_pairs, PANEL), np.uint32)
+    value_panels = aligned_empty((n_kv, -(-width // PANEL), key_pairs, PANEL), np.uint32)
+    _pack_heads(k, v, key_panels, value_panels)
+    workers = max(1, min(numba.get_num_threads(), n_kv * -(-n_queries * (n_heads // n_kv) // BLOCK_ROWS)))
+    q_tiles = aligned_empty((workers, 2, width_pairs // TILE, TILE, 2 * TILE), np.uint16)
+    scores = aligned_empty((workers, BLOCK_ROWS, key_panels.shape[1] * PANEL), np.float32)
+    score_tiles = aligned_empty((workers, 2, key_pairs // TILE, TILE, 2 * TILE), np.uint16)
+    attended = aligned_empty((workers, BLOCK_ROWS, value_panels.shape[1] * PANEL), np.float32)
+    out = np.empty(q.shape, np.float32)
+    _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, np.float32(width ** -0.5), q_tiles, scores,
+                       score_tiles, attended, np.empty((workers, BLOCK_ROWS), np.float32), out)
     return out
 
 
-def _rounded_in_float32(q_groups: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, group: int) -> np.ndarray:
+def _rounded_in_float32(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """The same math without tiles: bf16-rounded values multiplied in float32 through BLAS."""
-    n_kv, rows, width = q_groups.shape
-    out = np.empty((n_kv, rows, width), np.float32)
-    inv_totals = np.empty(rows, np.float32)
+    n_queries, n_heads, width = q.shape
+    n_kv = k.shape[1]
+    group = n_heads // n_kv
+    q_groups = q.reshape(n_queries, n_kv, group, width).transpose(1, 0, 2, 3).reshape(n_kv, n_queries * group, width)
+    out = np.empty((n_kv, n_queries * group, width), np.float32)
+    inv_totals = np.empty(n_queries * group, np.float32)
     for g in range(n_kv):
         scores = np.ascontiguousarray(to_bf16_values(q_groups[g]) @ to_bf16_values(k[:, g]).T)
-        _numerators(scores, rows, k.shape[0], np.float32(width ** -0.5), bias, group, inv_totals)
+        _numerators(scores, scores.shape[0], k.shape[0], np.float32(width ** -0.5), bias, group, inv_totals)
         out[g] = (to_bf16_values(scores) @ to_bf16_values(v[:, g])) * inv_totals[:, None]
-    return out
+    return out.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
 
 
 @kernel("attention_bf16", "numba")
 def attention_bf16_numba(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     _check_heads("attention_bf16", q, k, v)
-    n_queries, n_heads, width = q.shape
-    n_keys, n_kv = k.shape[0], k.shape[1]
-    group = n_heads // n_kv
+    n_queries, n_keys = q.shape[0], k.shape[0]
     bias = _NO_BIAS if bias is None else np.ascontiguousarray(np.broadcast_to(bias, (n_queries, n_keys)), np.float32)
-    q_groups = np.ascontiguousarray(q.reshape(n_queries, n_kv, group, width).transpose(1, 0, 2, 3),
-                                    np.float32).reshape(n_kv, n_queries * group, width)
-    k, v = np.ascontiguousarray(k, np.float32), np.ascontiguousarray(v, np.float32)
-    out = (_on_tiles if BF16_ATTENTION else _rounded_in_float32)(q_groups, k, v, bias, group)
-    return out.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
+    q, k, v = _float32(q), _float32(k), _float32(v)  # views of a stacked projection stay views
+    if BF16_ATTENTION:
+        return _on_tiles(q, k, v, bias)
+    return _rounded_in_float32(q, k, v, bias)
 
 
-TILE_HEAD_WIDTH = 128  # narrower heads attend in float32 (see attention_for)
-
-
-def attention_for(ks, weight, head_width: int) -> callable:
-    """The attention of a layer whose projection weight is `weight`: bf16 products where the layer is
-    stored in bf16, the tiles make them faster and heads are at least TILE_HEAD_WIDTH wide, else
-    float32 attention. The score product's depth is the head width: at 64-72 (two tile steps) the
-    accumulators go to memory after every other instruction, and on the 2-core Xeon the tiles gained
-    nothing there (SmolVLM vision, 1024 tokens x 12 heads of 64: 15.2 ms either way; pi0.5's SigLIP,
-    256 x 16 of 72: 2.1 against 1.8 in float32), while Gemma's 968 tokens x 8 heads of 256 took 14
-    against 29 ms."""
-    if BF16_ATTENTION and head_width >= TILE_HEAD_WIDTH and isinstance(weight, Bf16Weight):
+def attention_for(ks, weight) -> callable:
+    """The attention of a layer whose projection weight is `weight`: bf16 products on the tiles where
+    the layer is stored in bf16 and the CPU has them, else float32 attention (on the 2-core Xeon the
+    tiles took 7 against 15 ms for SmolVLM's vision, 1024 tokens x 12 heads of 64; 1.4 against 3.7 for
+    pi0.5's SigLIP, 256 x 16 of 72; 7 against 31 for Gemma's 968 x 8 of 256)."""
+    if BF16_ATTENTION and isinstance(weight, Bf16Weight):
         return ks.attention_bf16
     return ks.attention
 

@@ -41,6 +41,7 @@ _SYS_ARCH_PRCTL = 158
 _ARCH_REQ_XCOMP_PERM = 0x1023
 _XFEATURE_XTILEDATA = 18
 SYMBOL = "embodied_ros_amx_bf16_block"
+PANELS_SYMBOL = "embodied_ros_amx_bf16_panels"
 
 # y[32 x 32] = init + A @ B over `steps` tile steps, for `blocks` blocks of 32 rows. init is read
 # like a C tile at `init_stride` (0 repeats one row: the bias). a: A tiles, 16-row blocks
@@ -51,6 +52,7 @@ target triple = "x86_64-unknown-linux-gnu"
 declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
 declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
 declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
+declare x86_amx @llvm.x86.tilezero.internal(i16, i16)
 
 define void @SYMBOL(ptr %a, i64 %a_stride, ptr %b, ptr %c, i64 %ldc, ptr %init, i64 %init_stride,
                     i64 %init_block, i64 %blocks, i64 %steps) #0 {
@@ -116,11 +118,72 @@ stored:
 done:
   ret void
 }
+
+; y[32 x 32 p .. 32 p + 31] = A @ panel p from zero, for the `panels` panels `panel_bytes` apart:
+; one row block of x against a whole weight (attention's scores and weighted sums), the A tiles
+; staying in L1 across the panels
+define void @PANELS_SYMBOL(ptr %a, i64 %a_stride, ptr %b, i64 %panel_bytes, i64 %panels, ptr %c,
+                           i64 %ldc, i64 %steps) #0 {
+entry:
+  %a1 = getelementptr i8, ptr %a, i64 %a_stride
+  %c_half = mul i64 %ldc, 16
+  br label %panel
+panel:
+  %p = phi i64 [0, %entry], [%p.next, %store]
+  %b_off = mul i64 %p, %panel_bytes
+  %bp = getelementptr i8, ptr %b, i64 %b_off
+  %c_off = mul i64 %p, 128
+  %c00 = getelementptr i8, ptr %c, i64 %c_off
+  %c01 = getelementptr i8, ptr %c00, i64 64
+  %c10 = getelementptr i8, ptr %c00, i64 %c_half
+  %c11 = getelementptr i8, ptr %c10, i64 64
+  %z00 = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
+  %z01 = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
+  %z10 = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
+  %z11 = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
+  br label %step
+step:
+  %k = phi i64 [0, %panel], [%k.next, %step]
+  %y00 = phi x86_amx [%z00, %panel], [%n00, %step]
+  %y01 = phi x86_amx [%z01, %panel], [%n01, %step]
+  %y10 = phi x86_amx [%z10, %panel], [%n10, %step]
+  %y11 = phi x86_amx [%z11, %panel], [%n11, %step]
+  %ka = mul i64 %k, 1024
+  %pa0 = getelementptr i8, ptr %a, i64 %ka
+  %pa1 = getelementptr i8, ptr %a1, i64 %ka
+  %kb = mul i64 %k, 2048
+  %pb0 = getelementptr i8, ptr %bp, i64 %kb
+  %pb1 = getelementptr i8, ptr %pb0, i64 64
+  %ta0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa0, i64 64)
+  %ta1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa1, i64 64)
+  %tb0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb0, i64 128)
+  %tb1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb1, i64 128)
+  %n00 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y00, x86_amx %ta0, x86_amx %tb0)
+  %n01 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y01, x86_amx %ta0, x86_amx %tb1)
+  %n10 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y10, x86_amx %ta1, x86_amx %tb0)
+  %n11 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y11, x86_amx %ta1, x86_amx %tb1)
+  %k.next = add i64 %k, 1
+  %more = icmp ult i64 %k.next, %steps
+  br i1 %more, label %step, label %store
+store:
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c00, i64 %ldc, x86_amx %n00)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c01, i64 %ldc, x86_amx %n01)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c10, i64 %ldc, x86_amx %n10)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c11, i64 %ldc, x86_amx %n11)
+  %p.next = add i64 %p, 1
+  %more_panels = icmp ult i64 %p.next, %panels
+  br i1 %more_panels, label %panel, label %done
+done:
+  ret void
+}
 attributes #0 = { nounwind "target-features"="+amx-tile,+amx-bf16,+avx512f" }
-""".replace("SYMBOL", SYMBOL)
+""".replace("PANELS_SYMBOL", PANELS_SYMBOL).replace("SYMBOL", SYMBOL)
 
 _block = types.ExternalFunction(SYMBOL, types.void(types.uintp, types.intp, types.uintp, types.uintp, types.intp,
                                                    types.uintp, types.intp, types.intp, types.intp, types.intp))
+block_against_panels = types.ExternalFunction(PANELS_SYMBOL, types.void(types.uintp, types.intp, types.uintp,
+                                                                        types.intp, types.intp, types.uintp,
+                                                                        types.intp, types.intp))
 
 
 @functools.cache
@@ -150,7 +213,8 @@ def _compile_block() -> None:
         cpu=llvm_binding.get_host_cpu_name(), features=llvm_binding.get_host_cpu_features().flatten(), opt=3)
     _ENGINE = llvm_binding.create_mcjit_compiler(module, machine)
     _ENGINE.finalize_object()
-    llvm_binding.add_symbol(SYMBOL, _ENGINE.get_function_address(SYMBOL))
+    for symbol in (SYMBOL, PANELS_SYMBOL):
+        llvm_binding.add_symbol(symbol, _ENGINE.get_function_address(symbol))
 
 
 @jit(inline="always")
@@ -225,36 +289,60 @@ def _product_serial(a, a_stride, row_blocks, steps, panels, n_panels, panel_byte
     _panels(a, a_stride, row_blocks, steps, panels, panel_bytes, bias, y, ldy, 0, n_panels, blocking)
 
 
+def _check_tile_weight(weight) -> None:
+    panels = weight.panels
+    if panels.shape[1] % TILE or panels.ctypes.data % ALIGN or not panels.flags.c_contiguous:
+        raise ValueError("matmul_amx_bf16: the weight's panels are not in tile layout (pack it with pack_bf16)")
+
+
+def padded_bias(weight, bias: np.ndarray | None) -> np.ndarray:
+    """The bias over every feature of the weight's panels (0 past its features and without one)."""
+    padded = aligned_empty((weight.panels.shape[0] * PANEL,), np.float32)
+    padded[:] = 0
+    if bias is not None:
+        padded[:weight.shape[0]] = bias
+    return padded
+
+
+def a_tiles(x: np.ndarray, steps: int) -> np.ndarray:
+    """x [N, k] float32 rounded to bf16 into A tiles [2 * ceil(N / 32), steps, 16, 32] uint16 (zero
+    past N and past k)."""
+    tiles = recycled_empty((2 * -(-x.shape[0] // BLOCK_ROWS), steps, TILE, 2 * TILE), np.uint16)
+    parallel = numba.get_num_threads() > 1 and x.size >= PARALLEL_MIN_ELEMENTS
+    (_to_tiles_parallel if parallel else _to_tiles_serial)(x, tiles)
+    return tiles
+
+
+def tile_product(tiles: np.ndarray, n_rows: int, weight, bias: np.ndarray | None = None) -> np.ndarray:
+    """The A tiles of N rows @ weight^T + bias: the padded product [N rounded up to 32, panels x 32]
+    float32 (as amx_product). The tiles' steps are the weight's pairs / 16."""
+    panels = weight.panels
+    n_panels, steps = panels.shape[0], panels.shape[1] // TILE
+    row_blocks = -(-n_rows // BLOCK_ROWS)
+    y = recycled_empty((row_blocks * BLOCK_ROWS, n_panels * PANEL), np.float32)
+    if n_rows == 0:
+        return y
+    workers = min(numba.get_num_threads(), n_panels)
+    bias_row = padded_bias(weight, bias)  # held here: the kernels see only its address
+    args = (tiles.ctypes.data, tiles.strides[0], row_blocks, steps, panels.ctypes.data, n_panels, panels.strides[0],
+            bias_row.ctypes.data, y.ctypes.data, y.strides[0], BLOCKING)
+    if workers > 1 and n_rows * 2 * panels.shape[1] * weight.shape[0] >= PARALLEL_MIN_MACS:
+        _product_parallel(*args, workers)
+    else:
+        _product_serial(*args)
+    return y
+
+
 def amx_product(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
     """x [N, k] float32 @ weight^T + bias on the tiles, k at most the weight's padded depth (the columns
     past it read as zeros): the whole padded product [N rounded up to 32, panels x 32] float32, whose
     features past `out` hold the bias' padding (0) and rows past N junk. weight: a Bf16Weight whose
     pairs are a multiple of 16 and whose panels are 64-byte aligned (`pack_bf16` makes them so)."""
-    panels = weight.panels
-    n_panels, n_pairs = panels.shape[0], panels.shape[1]
-    if n_pairs % TILE or panels.ctypes.data % ALIGN or not panels.flags.c_contiguous:
-        raise ValueError("matmul_amx_bf16: the weight's panels are not in tile layout (pack it with pack_bf16)")
+    _check_tile_weight(weight)
+    n_pairs = weight.panels.shape[1]
     if x.ndim != 2 or x.shape[1] > 2 * n_pairs or x.dtype != np.float32 or not x.flags.c_contiguous:
         raise ValueError(f"matmul_amx_bf16: x {x.shape} {x.dtype} is not contiguous float32 rows of at most {2 * n_pairs}")
-    n_rows = x.shape[0]
-    padded_bias = aligned_empty((n_panels * PANEL,), np.float32)
-    padded_bias[:] = 0
-    if bias is not None:
-        padded_bias[:weight.shape[0]] = bias
-    row_blocks, steps = -(-n_rows // BLOCK_ROWS), n_pairs // TILE
-    y = recycled_empty((row_blocks * BLOCK_ROWS, n_panels * PANEL), np.float32)
-    if n_rows == 0:
-        return y
-    tiles = recycled_empty((2 * row_blocks, steps, TILE, 2 * TILE), np.uint16)
-    workers = min(numba.get_num_threads(), n_panels)
-    (_to_tiles_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else _to_tiles_serial)(x, tiles)
-    args = (tiles.ctypes.data, tiles.strides[0], row_blocks, steps, panels.ctypes.data, n_panels, panels.strides[0],
-            padded_bias.ctypes.data, y.ctypes.data, y.strides[0], BLOCKING)
-    if workers > 1 and n_rows * x.shape[1] * weight.shape[0] >= PARALLEL_MIN_MACS:
-        _product_parallel(*args, workers)
-    else:
-        _product_serial(*args)
-    return y
+    return tile_product(a_tiles(x, n_pairs // TILE), x.shape[0], weight, bias)
 
 
 def matmul_amx_bf16(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:

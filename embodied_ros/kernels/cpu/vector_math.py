@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from embodied_ros.kernels.cpu.jit import jit
@@ -50,3 +50,78 @@ def exp_f32(x):  # pragma: no cover - compiled
     p = p * r + np.float32(1.0)
     scale = _float32_from_bits(np.int32((np.int32(k) + np.int32(127)) << np.int32(23)))
     return np.float32(0.0) if below else p * scale
+
+
+_LANES = 16  # 512-bit vectors: LLVM itself prefers 256 bits on these CPUs and halves the rate
+
+
+def _splat(value: ir.Value, vector: ir.VectorType, builder: ir.IRBuilder) -> ir.Value:
+    undef = ir.Constant(vector, ir.Undefined)
+    single = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(single, undef, ir.Constant(ir.VectorType(ir.IntType(32), _LANES), [0] * _LANES))
+
+
+def _exp_vector(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """exp_f32 over 16 lanes (the same reduction and polynomial)."""
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    vf, vi = ir.VectorType(f32, _LANES), ir.VectorType(i32, _LANES)
+    module = builder.module
+    fma = cgutils.get_or_insert_function(module, ir.FunctionType(vf, [vf] * 3), "llvm.fma.v16f32")
+    floor = cgutils.get_or_insert_function(module, ir.FunctionType(vf, [vf]), "llvm.floor.v16f32")
+
+    def const(value):
+        return ir.Constant(vf, [float(value)] * _LANES)
+
+    below = builder.fcmp_ordered("<", x, const(_EXP_MIN))
+    x = builder.select(builder.fcmp_ordered("<", x, const(_EXP_MIN)), const(_EXP_MIN), x)
+    x = builder.select(builder.fcmp_ordered(">", x, const(_EXP_MAX)), const(_EXP_MAX), x)
+    k = builder.call(floor, [builder.call(fma, [x, const(_LOG2E), const(0.5)])])
+    r = builder.call(fma, [k, const(-_LN2_HI), x])
+    r = builder.call(fma, [k, const(-_LN2_LO), r])
+    p = const(1.0 / 5040.0)
+    for coefficient in (1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
+        p = builder.call(fma, [p, r, const(np.float32(coefficient))])
+    exponent = builder.add(builder.fptosi(k, vi), ir.Constant(vi, [127] * _LANES))
+    scale = builder.bitcast(builder.shl(exponent, ir.Constant(vi, [23] * _LANES)), vf)
+    return builder.select(below, const(0.0), builder.fmul(p, scale))
+
+
+@intrinsic
+def exp_into_bf16(typingctx, src_addr, chunks, top, factor, dst_addr, dst_stride):
+    """e = exp((src - top) * factor) for `chunks` chunks of 32 float32 at src_addr; chunk c's 32 values
+    rounded to bf16 (nearest even) into the 64 bytes at dst_addr + c * dst_stride (bytes: a row of
+    consecutive A tiles). Returns the float32 sum of the unrounded e: a softmax's numerators and
+    their total, in one pass."""
+    signature = types.float32(types.uintp, types.intp, types.float32, types.float32, types.uintp, types.intp)
+
+    def codegen(context, builder, sig, args):
+        src_addr, chunks, top, factor, dst_addr, dst_stride = args
+        f32, i16, i32 = ir.FloatType(), ir.IntType(16), ir.IntType(32)
+        vf, vi, vh = (ir.VectorType(t, _LANES) for t in (f32, i32, i16))
+        src = builder.inttoptr(src_addr, f32.as_pointer())
+        dst = builder.inttoptr(dst_addr, ir.IntType(8).as_pointer())
+        top_v, factor_v = _splat(top, vf, builder), _splat(factor, vf, builder)
+        total = cgutils.alloca_once_value(builder, ir.Constant(vf, [0.0] * _LANES))
+
+        def ints(value):
+            return ir.Constant(vi, [value] * _LANES)
+
+        with cgutils.for_range(builder, chunks) as loop:
+            for half in range(2):
+                offset = builder.add(builder.mul(loop.index, ir.Constant(loop.index.type, 2 * _LANES)),
+                                     ir.Constant(loop.index.type, _LANES * half))
+                x = builder.load(builder.bitcast(builder.gep(src, [offset]), vf.as_pointer()), align=4)
+                e = _exp_vector(builder, builder.fmul(builder.fsub(x, top_v), factor_v))
+                builder.store(builder.fadd(builder.load(total), e), total)
+                bits = builder.bitcast(e, vi)
+                odd = builder.and_(builder.lshr(bits, ints(16)), ints(1))
+                rounded = builder.trunc(builder.lshr(builder.add(builder.add(bits, ints(0x7FFF)), odd), ints(16)), vh)
+                at = builder.add(builder.mul(loop.index, dst_stride), ir.Constant(dst_stride.type, 2 * _LANES * half))
+                builder.store(rounded, builder.bitcast(builder.gep(dst, [at]), vh.as_pointer()), align=2)
+        sums = builder.load(total)
+        result = builder.extract_element(sums, ir.Constant(i32, 0))
+        for lane in range(1, _LANES):
+            result = builder.fadd(result, builder.extract_element(sums, ir.Constant(i32, lane)))
+        return result
+
+    return signature, codegen
