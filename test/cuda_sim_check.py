@@ -94,6 +94,10 @@ def cases():
     yield "linear", "transposed input view, float16 weight", (normal(20, 3).T, normal(5, 20).astype(np.float16), None)
     yield "linear", "q8_0 + bias, 65 rows (two tiles)", (normal(65, 32), random_quant_tensor(rng, "q8_0", (2, 32)),
                                                           normal(2))
+    yield "feed_forward", "gelu_tanh with biases", (normal(3, 20), normal(24, 20, scale=0.3), normal(24),
+                                                     normal(5, 24, scale=0.3), normal(5), "gelu_tanh")
+    yield "feed_forward", "silu_glu", (normal(2, 16), normal(2 * 12, 16, scale=0.3), None, normal(7, 12, scale=0.3),
+                                       None, "silu_glu")
     yield "dequantize", "q8_0", (random_quant_tensor(rng, "q8_0", (2, 64)),)
     yield "dequantize", "q4_k 3-d", (random_quant_tensor(rng, "q4_k", (2, 1, 512)),)
     yield "dequantize", "bf16", (random_quant_tensor(rng, "bf16", (3, 5)),)
@@ -201,7 +205,7 @@ def other_thread_check():
 
 
 DEVICE_CASES = {"2x7", "3-d, F=17", "3-d 2x3x41", "3-d, F=5", "3x50, wide range", "grid 1x2x2, 2 heads, d 16",
-                "3x50", "additive mask", "masked cache rows",
+                "3x50", "additive mask", "masked cache rows", "gelu_tanh with biases",
                 "q4_k, one vector", "q8_0, 9 rows (two passes)", "leading dims, float16 weight", "q4_k 3-d",
                 "transposed input view, float16 weight"}
 

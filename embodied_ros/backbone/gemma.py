@@ -134,8 +134,8 @@ def attention_output(ks, w: Mapping[str, Any], attended: np.ndarray) -> np.ndarr
 
 def feed_forward(ks, w: Mapping[str, Any], h: np.ndarray) -> np.ndarray:
     """Normed tokens [n, D] -> the MLP's residual update [n, D]."""
-    gate_up = ks.linear(h, w["ffn_gate_up.weight"])  # [n, 2F]: the gate columns, then the up columns
-    return ks.linear(ks.gelu_tanh_glu(gate_up), w["ffn_down.weight"])
+    # the stacked gate_up weight [2F, D]: the gate rows, then the up rows
+    return ks.feed_forward(h, w["ffn_gate_up.weight"], None, w["ffn_down.weight"], None, "gelu_tanh_glu")
 
 
 def prefix_pass(ks, cfg: GemmaConfig, layers: Sequence[Mapping[str, Any]], x: np.ndarray,

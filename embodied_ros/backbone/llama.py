@@ -94,7 +94,7 @@ def norm(ks, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 def feed_forward(ks, w: Mapping[str, Any], h: np.ndarray) -> np.ndarray:
     """Normed tokens [n, D] -> the MLP's residual update [n, D]."""
-    return ks.linear(ks.silu_glu(ks.linear(h, w["ffn_gate_up.weight"])), w["ffn_down.weight"])
+    return ks.feed_forward(h, w["ffn_gate_up.weight"], None, w["ffn_down.weight"], None, "silu_glu")
 
 
 def prefix_pass(ks, cfg: LlamaConfig, layers: Sequence[Mapping[str, Any]], x: np.ndarray,

@@ -193,8 +193,8 @@ def vision_block(ks: KernelSet, cfg: QwenVisionConfig, layer: Weights, x: np.nda
     attended = ks.attention(q, k, np.ascontiguousarray(qkv[:, 2]), bias).reshape(x.shape[0], cfg.width)
     x = x + ks.linear(attended, layer["attn_out.weight"], layer["attn_out.bias"])
     h = ks.layer_norm(x, layer["ln2.weight"], layer["ln2.bias"], cfg.eps)
-    hidden = ks.gelu_tanh(ks.linear(h, layer["fc1.weight"], layer["fc1.bias"]))
-    return x + ks.linear(hidden, layer["fc2.weight"], layer["fc2.bias"])
+    return x + ks.feed_forward(h, layer["fc1.weight"], layer["fc1.bias"], layer["fc2.weight"], layer["fc2.bias"],
+                               "gelu_tanh")
 
 
 def vision_embed(ks: KernelSet, cfg: QwenVisionConfig, w: Weights, pixel_rows: np.ndarray,

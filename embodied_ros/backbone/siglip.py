@@ -105,7 +105,7 @@ def encoder_layer(ks, cfg: VisionConfig, w: Mapping[str, Any], x: np.ndarray, n_
                                for c in range(n_cameras)])  # [N*T, H, hd]
     x = x + ks.linear(attended.reshape(x.shape), w["attn_out.weight"], w["attn_out.bias"])
     h = ks.layer_norm(x, w["ln2.weight"], w["ln2.bias"], cfg.eps)
-    return x + ks.linear(ks.gelu_tanh(ks.linear(h, w["fc1.weight"], w["fc1.bias"])), w["fc2.weight"], w["fc2.bias"])
+    return x + ks.feed_forward(h, w["fc1.weight"], w["fc1.bias"], w["fc2.weight"], w["fc2.bias"], "gelu_tanh")
 
 
 def image_tokens(ks, cfg: VisionConfig, weights: Mapping[str, Any], layers: list[Mapping[str, Any]],

@@ -203,7 +203,7 @@ def cross_attention(ks, cfg: WanBlockConfig, attn: AttentionWeights, x: np.ndarr
 
 def feed_forward(ks, w: WanBlockWeights, x: np.ndarray) -> np.ndarray:
     # x: [S, D] -> [S, F] -> [S, D]
-    return ks.linear(ks.gelu_tanh(ks.linear(x, w.ffn_in, w.ffn_in_bias)), w.ffn_out, w.ffn_out_bias)
+    return ks.feed_forward(x, w.ffn_in, w.ffn_in_bias, w.ffn_out, w.ffn_out_bias, "gelu_tanh")
 
 
 def wan_block(ks, cfg: WanBlockConfig, w: WanBlockWeights, x: np.ndarray, temb: np.ndarray, rope: Rope,

@@ -366,8 +366,8 @@ def unpatchify(tokens: np.ndarray, grid: tuple[int, int, int], p: int, channels:
 
 def context(ks, w: DualStreamWeights, prompt_embeds: np.ndarray) -> np.ndarray:
     """text_embedder: prompt embeddings [L, text_dim] (zero rows included) -> [L, D]."""
-    hidden = ks.gelu_tanh(ks.linear(np.ascontiguousarray(prompt_embeds, np.float32), w.text_in.weight, w.text_in.bias))
-    return ks.linear(hidden, w.text_out.weight, w.text_out.bias)
+    return ks.feed_forward(np.ascontiguousarray(prompt_embeds, np.float32), w.text_in.weight, w.text_in.bias,
+                           w.text_out.weight, w.text_out.bias, "gelu_tanh")
 
 
 def context_kvs(ks, cfg: DualStreamConfig, w: DualStreamWeights, ctx: np.ndarray) -> list[KV]:

@@ -116,8 +116,8 @@ def context_keys_values(ks: KernelSet, layer: Weights, heads: int, head_dim: int
 
 
 def feed_forward(ks: KernelSet, layer: Weights, x: np.ndarray) -> np.ndarray:
-    hidden = ks.gelu_tanh(ks.linear(x, layer["ff_in.weight"], layer["ff_in.bias"]))
-    return ks.linear(hidden, layer["ff_out.weight"], layer["ff_out.bias"])
+    return ks.feed_forward(x, layer["ff_in.weight"], layer["ff_in.bias"], layer["ff_out.weight"], layer["ff_out.bias"],
+                           "gelu_tanh")
 
 
 def vl_embeddings(ks: KernelSet, cfg, w: Weights, layers: Sequence[Weights], backbone_rows: np.ndarray) -> np.ndarray:

@@ -24,8 +24,8 @@ from embodied_ros.kernels.cpu.amx_gemm import BLOCK_ROWS, TILE, _tile_row_block,
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, bf16_bits, bf16_bits_of, padded_pairs
 from embodied_ros.kernels.cpu.jit import jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
-from embodied_ros.kernels.cpu.vector_attention import row_max, softmax_numerators
-from embodied_ros.kernels.cpu.vector_math import exp_f32, exp_into_bf16
+from embodied_ros.kernels.cpu.vector_attention import softmax_numerators
+from embodied_ros.kernels.cpu.vector_math import exp_f32, exp_into_bf16, max_of_chunks
 from embodied_ros.kernels.linear_bf16 import BF16_UNIT
 from embodied_ros.kernels.registry import kernel, reference
 
@@ -113,9 +113,11 @@ def _numerators_into_tiles(row, scale, bias, bias_row, tiles, r):  # pragma: no 
         for j in range(row.shape[0]):
             row[j] = row[j] * scale + bias[bias_row, j]
         factor = np.float32(1.0)
-    top = row_max(row)
     n_keys = row.shape[0]
     full = n_keys // (2 * TILE)
+    top = max_of_chunks(row.ctypes.data, full) if full else row[0]
+    for k in range(2 * TILE * full, n_keys):
+        top = max(top, row[k])
     first = tiles[r // TILE, 0, r % TILE]
     total = exp_into_bf16(row.ctypes.data, full, top, factor, first.ctypes.data, tiles.strides[1])
     for step in range(full, tiles.shape[1]):

@@ -62,33 +62,63 @@ def _splat(value: ir.Value, vector: ir.VectorType, builder: ir.IRBuilder) -> ir.
 
 
 def _exp_vector(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """exp_f32 over 16 lanes (the same reduction and polynomial)."""
+    """exp over 16 lanes for x <= 0 (softmax numerators), to about 3e-6 relative: exp_f32's reduction
+    with a degree-5 polynomial; below exp's normal range the smallest normal float32 instead of 0
+    (for a softmax of float32 scores, nothing)."""
     f32, i32 = ir.FloatType(), ir.IntType(32)
     vf, vi = ir.VectorType(f32, _LANES), ir.VectorType(i32, _LANES)
     module = builder.module
     fma = cgutils.get_or_insert_function(module, ir.FunctionType(vf, [vf] * 3), "llvm.fma.v16f32")
     floor = cgutils.get_or_insert_function(module, ir.FunctionType(vf, [vf]), "llvm.floor.v16f32")
+    maximum = cgutils.get_or_insert_function(module, ir.FunctionType(vf, [vf] * 2), "llvm.maxnum.v16f32")
 
     def const(value):
-        return ir.Constant(vf, [float(value)] * _LANES)
+        return ir.Constant(vf, [float(np.float32(value))] * _LANES)
 
-    below = builder.fcmp_ordered("<", x, const(_EXP_MIN))
-    x = builder.select(builder.fcmp_ordered("<", x, const(_EXP_MIN)), const(_EXP_MIN), x)
-    x = builder.select(builder.fcmp_ordered(">", x, const(_EXP_MAX)), const(_EXP_MAX), x)
+    x = builder.call(maximum, [x, const(_EXP_MIN)])
     k = builder.call(floor, [builder.call(fma, [x, const(_LOG2E), const(0.5)])])
     r = builder.call(fma, [k, const(-_LN2_HI), x])
     r = builder.call(fma, [k, const(-_LN2_LO), r])
-    p = const(1.0 / 5040.0)
-    for coefficient in (1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
-        p = builder.call(fma, [p, r, const(np.float32(coefficient))])
+    p = const(1.0 / 120.0)
+    for coefficient in (1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
+        p = builder.call(fma, [p, r, const(coefficient)])
     exponent = builder.add(builder.fptosi(k, vi), ir.Constant(vi, [127] * _LANES))
-    scale = builder.bitcast(builder.shl(exponent, ir.Constant(vi, [23] * _LANES)), vf)
-    return builder.select(below, const(0.0), builder.fmul(p, scale))
+    return builder.fmul(p, builder.bitcast(builder.shl(exponent, ir.Constant(vi, [23] * _LANES)), vf))
+
+
+@intrinsic
+def max_of_chunks(typingctx, src_addr, chunks):
+    """The largest of `chunks` chunks of 32 float32 at src_addr (chunks >= 1), on 512-bit vectors."""
+    signature = types.float32(types.uintp, types.intp)
+
+    def codegen(context, builder, sig, args):
+        src_addr, chunks = args
+        f32, i32 = ir.FloatType(), ir.IntType(32)
+        vf = ir.VectorType(f32, _LANES)
+        maximum = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf] * 2), "llvm.maxnum.v16f32")
+        src = builder.bitcast(builder.inttoptr(src_addr, f32.as_pointer()), vf.as_pointer())
+        first = builder.load(src, align=4)
+        tops = [cgutils.alloca_once_value(builder, first) for _ in range(2)]
+        with cgutils.for_range(builder, chunks) as loop:
+            for half in range(2):
+                at = builder.add(builder.mul(loop.index, ir.Constant(loop.index.type, 2)),
+                                 ir.Constant(loop.index.type, half))
+                value = builder.load(builder.gep(src, [at]), align=4)
+                builder.store(builder.call(maximum, [builder.load(tops[half]), value]), tops[half])
+        both = builder.call(maximum, [builder.load(tops[0]), builder.load(tops[1])])
+        result = builder.extract_element(both, ir.Constant(i32, 0))
+        for lane in range(1, _LANES):
+            lane_value = builder.extract_element(both, ir.Constant(i32, lane))
+            result = builder.select(builder.fcmp_ordered(">", lane_value, result), lane_value, result)
+        return result
+
+    return signature, codegen
 
 
 @intrinsic
 def exp_into_bf16(typingctx, src_addr, chunks, top, factor, dst_addr, dst_stride):
-    """e = exp((src - top) * factor) for `chunks` chunks of 32 float32 at src_addr; chunk c's 32 values
+    """e = exp((src - top) * factor) (src <= top, factor > 0: `_exp_vector`) for `chunks` chunks of
+    32 float32 at src_addr; chunk c's 32 values
     rounded to bf16 (nearest even) into the 64 bytes at dst_addr + c * dst_stride (bytes: a row of
     consecutive A tiles). Returns the float32 sum of the unrounded e: a softmax's numerators and
     their total, in one pass."""
@@ -100,7 +130,9 @@ def exp_into_bf16(typingctx, src_addr, chunks, top, factor, dst_addr, dst_stride
         vf, vi, vh = (ir.VectorType(t, _LANES) for t in (f32, i32, i16))
         src = builder.inttoptr(src_addr, f32.as_pointer())
         dst = builder.inttoptr(dst_addr, ir.IntType(8).as_pointer())
-        top_v, factor_v = _splat(top, vf, builder), _splat(factor, vf, builder)
+        factor_v = _splat(factor, vf, builder)
+        shift_v = _splat(builder.fmul(builder.fneg(top), factor), vf, builder)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf] * 3), "llvm.fma.v16f32")
         total = cgutils.alloca_once_value(builder, ir.Constant(vf, [0.0] * _LANES))
 
         def ints(value):
@@ -111,7 +143,7 @@ def exp_into_bf16(typingctx, src_addr, chunks, top, factor, dst_addr, dst_stride
                 offset = builder.add(builder.mul(loop.index, ir.Constant(loop.index.type, 2 * _LANES)),
                                      ir.Constant(loop.index.type, _LANES * half))
                 x = builder.load(builder.bitcast(builder.gep(src, [offset]), vf.as_pointer()), align=4)
-                e = _exp_vector(builder, builder.fmul(builder.fsub(x, top_v), factor_v))
+                e = _exp_vector(builder, builder.call(fma, [x, factor_v, shift_v]))
                 builder.store(builder.fadd(builder.load(total), e), total)
                 bits = builder.bitcast(e, vi)
                 odd = builder.and_(builder.lshr(bits, ints(16)), ints(1))

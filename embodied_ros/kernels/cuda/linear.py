@@ -22,6 +22,7 @@ from embodied_ros.kernels.cuda import gemm
 from embodied_ros.kernels.cuda.compiler import cuda, cuda_kernel, device_function
 from embodied_ros.kernels.cuda.device import block_sum_rows, half_to_float, rounded_product, signed_byte
 from embodied_ros.kernels.cuda.runtime import DeviceTensor, blocks_for, gpu, nothing, on_device, returned
+from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.kernels.registry import kernel
 
@@ -255,3 +256,16 @@ def _tensor_core_weight(weight) -> DeviceTensor:
     if isinstance(weight, QuantTensor) and weight.qtype == "bf16":
         return on_device(weight.data, "weight blocks", np.uint8)
     return _dequantize_on_gpu(weight) if isinstance(weight, QuantTensor) else on_device(weight, "weight")
+
+
+@kernel("feed_forward", "cuda")
+def feed_forward_cuda(x, up, up_bias, down, down_bias, activation):
+    """The up product, the activation and the down product one after another on the GPU. A weight
+    packed for the CPU's bf16 products (which the models make only for the numba backend) multiplies
+    as its float32 values, x unrounded."""
+    from embodied_ros.kernels.cuda.elementwise import gelu_tanh_cuda, gelu_tanh_glu_cuda, silu_glu_cuda
+    from embodied_ros.kernels.feed_forward import check_feed_forward
+    check_feed_forward(x, up, down, activation)
+    activate = {"gelu_tanh": gelu_tanh_cuda, "gelu_tanh_glu": gelu_tanh_glu_cuda, "silu_glu": silu_glu_cuda}[activation]
+    up, down = (w.dense() if isinstance(w, Bf16Weight) else w for w in (up, down))
+    return linear_cuda(activate(linear_cuda(x, up, up_bias)), down, down_bias)
