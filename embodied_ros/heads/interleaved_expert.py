@@ -34,6 +34,7 @@ from embodied_ros.backbone import gemma, llama
 from embodied_ros.backbone.llama import LlamaConfig
 from embodied_ros.backbone.prefix_cache import PrefixCache
 from embodied_ros.kernels.attention import MASKED
+from embodied_ros.kernels.attention_bf16 import attention_for
 
 SELF, CROSS = "self_attn", "cross_attn"
 
@@ -118,10 +119,10 @@ def attend(ks, cfg: LlamaConfig, index: int, layer: ExpertLayer, h: np.ndarray, 
         queries, keys, values = gemma.project_qkv(ks, cfg, w, h, *context.self_rope)
         keys = np.concatenate([cache.keys[layer.vlm_layer], keys])
         values = np.concatenate([cache.values[layer.vlm_layer], values])
-        return ks.attention(queries, keys, values, context.self_bias)
+        return attention_for(ks, w["attn_qkv.weight"])(queries, keys, values, context.self_bias)
     queries = ks.rope(_split(ks.linear(h, w["attn_q.weight"]), cfg.num_heads, cfg.head_dim), *context.cross_rope)
     keys, values = context.cross_kv[index]
-    return ks.attention(queries, keys, values, context.cross_bias)
+    return attention_for(ks, w["attn_q.weight"])(queries, keys, values, context.cross_bias)
 
 
 def hidden_states(ks, cfg: LlamaConfig, layers: Sequence[ExpertLayer], tokens: np.ndarray, cache: PrefixCache,
