@@ -29,6 +29,7 @@ import numpy as np
 from embodied_ros.backbone import gemma
 from embodied_ros.backbone.prefix_cache import PrefixCache
 from embodied_ros.heads.flow import time_embedding
+from embodied_ros.kernels.attention_bf16 import cached_attention_for
 from embodied_ros.kernels.silu import silu
 from embodied_ros.kernels.quant import QuantTensor
 
@@ -54,8 +55,8 @@ def decoder_layer(ks, cfg: "GemmaConfig", w: Mapping[str, Any], x: np.ndarray, c
                   rope: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """One expert layer: x [n, E] -> [n, E], attending to [cache rows ; its own n tokens]."""
     queries, keys, values = gemma.project_qkv(ks, cfg, w, ks.rms_norm(x, w["attn_norm.weight"], cfg.eps), *rope)
-    x = x + gemma.attention_output(ks, w, ks.cached_attention(queries, cache_keys, cache_values, cache_bias,
-                                                              keys, values))
+    attend = cached_attention_for(ks, w["attn_qkv.weight"])
+    x = x + gemma.attention_output(ks, w, attend(queries, cache_keys, cache_values, cache_bias, keys, values))
     return x + gemma.feed_forward(ks, w, ks.rms_norm(x, w["ffn_norm.weight"], cfg.eps))
 
 
@@ -76,8 +77,8 @@ def state_pass(ks, cfg: "GemmaConfig", weights: Mapping[str, Any], layers: Seque
         queries, keys[index], values[index] = gemma.project_qkv(ks, cfg, w, h, *rope)
         if index == len(layers) - 1 and not full_last_layer:
             break
-        attended = ks.cached_attention(queries, cache.keys[index], cache.values[index], cache.key_bias,
-                                       keys[index], values[index])
+        attended = cached_attention_for(ks, w["attn_qkv.weight"])(queries, cache.keys[index], cache.values[index],
+                                                                  cache.key_bias, keys[index], values[index])
         x = x + gemma.attention_output(ks, w, attended)
         x = x + gemma.feed_forward(ks, w, ks.rms_norm(x, w["ffn_norm.weight"], cfg.eps))
     return keys, values, x

@@ -26,6 +26,7 @@ import numpy as np
 from embodied_ros.backbone import gemma
 from embodied_ros.backbone.prefix_cache import PrefixCache
 from embodied_ros.heads.flow import time_embedding
+from embodied_ros.kernels.attention_bf16 import cached_attention_for
 from embodied_ros.kernels.silu import silu
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ def expert_layer(ks, cfg: "GemmaConfig", w: Mapping[str, Any], x: np.ndarray, ca
     """One expert layer: x [C, E] -> [C, E], reading its LM layer's cache [n, K, d] (bias [n] or None)."""
     scale, shift, gate = attn
     queries, keys, values = gemma.project_qkv(ks, cfg, w, ks.ada_rms_norm(x, scale, shift, cfg.eps), *rope)
-    attended = ks.cached_attention(queries, cache_keys, cache_values, cache_bias, keys, values)
+    attended = cached_attention_for(ks, w["attn_qkv.weight"])(queries, cache_keys, cache_values, cache_bias, keys,
+                                                             values)
     x = ks.gated_residual(x, gemma.attention_output(ks, w, attended), gate)
     scale, shift, gate = ffn
     return ks.gated_residual(x, gemma.feed_forward(ks, w, ks.ada_rms_norm(x, scale, shift, cfg.eps)), gate)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from embodied_ros.kernels.attention import _check_heads, _examples, _float32
+from embodied_ros.kernels.attention import _cached_examples, _check_heads, _examples, _float32
 from embodied_ros.kernels.cpu.allocator import aligned_empty
 from embodied_ros.kernels.cpu.amx_gemm import BLOCK_ROWS, TILE, _tile_row_block, block_against_panels  # noqa: PLC2701
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, bf16_bits, bf16_bits_of, padded_pairs
@@ -104,14 +104,18 @@ def _pack_values(values, head, panels):  # pragma: no cover - compiled
 
 
 @jit(inline="always")
-def _numerators_into_tiles(row, scale, bias, bias_row, tiles, r):  # pragma: no cover - compiled
+def _numerators_into_tiles(row, scale, bias, bias_row, key_bias, tiles, r):  # pragma: no cover - compiled
     """A row of raw scores -> its softmax numerators rounded to bf16 as row r of the A tiles [2, steps,
-    16, 32] (zero past the row's end); returns 1 / the sum of the float32 numerators. The row is
-    changed in place where a bias is added."""
+    16, 32] (zero past the row's end); returns 1 / the sum of the float32 numerators. bias [Tq, Tk] and
+    key_bias [Tk] may be empty; the row is changed in place where a bias is added."""
     factor = scale
     if bias.shape[0]:
         for j in range(row.shape[0]):
             row[j] = row[j] * scale + bias[bias_row, j]
+        factor = np.float32(1.0)
+    elif key_bias.shape[0]:
+        for j in range(row.shape[0]):
+            row[j] = row[j] * scale + key_bias[j]
         factor = np.float32(1.0)
     n_keys = row.shape[0]
     full = n_keys // (2 * TILE)
@@ -162,8 +166,8 @@ def _pack_heads(keys, values, key_panels, value_panels):  # pragma: no cover - c
 
 
 @jit(parallel=True, fastmath={"reassoc", "contract"})
-def _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, scale, q_tiles, scores, score_tiles, attended,
-                       inv_totals, out):  # pragma: no cover - compiled
+def _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, key_bias, scale, q_tiles, scores, score_tiles,
+                       attended, inv_totals, out):  # pragma: no cover - compiled
     """out [Tq, Hq, d] for every (kv head g, block of 32 of its stacked query rows), the work items
     split evenly between the workers (the buffers' first axis): the block's scores [32, keys] on the
     tiles (block_against_panels), their softmax numerators rounded into A tiles, times the head's
@@ -187,7 +191,8 @@ def _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, scale, q_tiles
                                  q_w.shape[1])
             for r in range(BLOCK_ROWS):
                 if r < valid:
-                    inv[r] = _numerators_into_tiles(s_w[r, :n_keys], scale, bias, (first + r) // group, p_w, r)
+                    inv[r] = _numerators_into_tiles(s_w[r, :n_keys], scale, bias, (first + r) // group, key_bias,
+                                                    p_w, r)
                 else:
                     p_w[r // TILE, :, r % TILE, :] = 0
             block_against_panels(p_w.ctypes.data, p_w.strides[0], value_panels[g].ctypes.data,
@@ -200,7 +205,7 @@ def _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, scale, q_tiles
                     target[c] = a_w[r, c] * inv[r]
 
 
-def _on_tiles(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray) -> np.ndarray:
+def _on_tiles(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, key_bias: np.ndarray) -> np.ndarray:
     n_queries, n_heads, width = q.shape
     n_keys, n_kv = k.shape[0], k.shape[1]
     width_pairs, key_pairs = padded_pairs(width), padded_pairs(n_keys)
@@ -213,7 +218,7 @@ def _on_tiles(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray) -> 
     score_tiles = aligned_empty((workers, 2, key_pairs // TILE, TILE, 2 * TILE), np.uint16)
     attended = aligned_empty((workers, BLOCK_ROWS, value_panels.shape[1] * PANEL), np.float32)
     out = np.empty(q.shape, np.float32)
-    _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, np.float32(width ** -0.5), q_tiles, scores,
+    _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, key_bias, np.float32(width ** -0.5), q_tiles, scores,
                        score_tiles, attended, np.empty((workers, BLOCK_ROWS), np.float32), out)
     return out
 
@@ -240,8 +245,38 @@ def attention_bf16_numba(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.n
     bias = _NO_BIAS if bias is None else np.ascontiguousarray(np.broadcast_to(bias, (n_queries, n_keys)), np.float32)
     q, k, v = _float32(q), _float32(k), _float32(v)  # views of a stacked projection stay views
     if BF16_ATTENTION:
-        return _on_tiles(q, k, v, bias)
+        return _on_tiles(q, k, v, bias, _NO_KEY_BIAS)
     return _rounded_in_float32(q, k, v, bias)
+
+
+def _joined(k_cache: np.ndarray, k_new: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.asarray(k_cache, np.float32), np.asarray(k_new, np.float32)])
+
+
+@reference("cached_attention_bf16", examples=_cached_examples, rtol=2e-3, atol=2e-3)
+def cached_attention_bf16(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, cache_bias: np.ndarray | None,
+                          k_new: np.ndarray, v_new: np.ndarray) -> np.ndarray:
+    """cached_attention (attention.py) with the products of attention_bf16: the new tokens read
+    [cache ; themselves], cache rows masked by cache_bias [N]."""
+    keys, values = _joined(k_cache, k_new), _joined(v_cache, v_new)
+    bias = None
+    if cache_bias is not None:
+        row = np.concatenate([cache_bias, np.zeros(k_new.shape[0], np.float32)])
+        bias = np.broadcast_to(row, (q.shape[0], row.size))
+    return attention_bf16(q, keys, values, bias)
+
+
+@kernel("cached_attention_bf16", "numba")
+def cached_attention_bf16_numba(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, cache_bias: np.ndarray | None,
+                                k_new: np.ndarray, v_new: np.ndarray) -> np.ndarray:
+    _check_heads("cached_attention_bf16", q, k_new, v_new)
+    _check_heads("cached_attention_bf16", q, k_cache, v_cache)
+    keys, values = _joined(k_cache, k_new), _joined(v_cache, v_new)
+    key_bias = _NO_KEY_BIAS if cache_bias is None else _joined(cache_bias, np.zeros(k_new.shape[0], np.float32))
+    if BF16_ATTENTION:
+        return _on_tiles(_float32(q), keys, values, _NO_BIAS, key_bias)
+    bias = _NO_BIAS if cache_bias is None else np.ascontiguousarray(np.broadcast_to(key_bias, (q.shape[0], key_bias.size)))
+    return _rounded_in_float32(_float32(q), keys, values, bias)
 
 
 def attention_for(ks, weight) -> callable:
@@ -254,4 +289,13 @@ def attention_for(ks, weight) -> callable:
     return ks.attention
 
 
-__all__ = ["BF16_ATTENTION", "attention_bf16", "attention_for", "to_bf16_values"]
+def cached_attention_for(ks, weight) -> callable:
+    """cached_attention for a layer whose projection weight is `weight`, as attention_for chooses (the
+    pi0.5 expert's 50 queries over 968 + 50 keys, 8 heads of 256: 1.8 against 4.5 ms)."""
+    if BF16_ATTENTION and isinstance(weight, Bf16Weight):
+        return ks.cached_attention_bf16
+    return ks.cached_attention
+
+
+__all__ = ["BF16_ATTENTION", "attention_bf16", "attention_for", "cached_attention_bf16", "cached_attention_for",
+           "to_bf16_values"]
