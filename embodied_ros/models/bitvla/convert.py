@@ -43,6 +43,7 @@ import numpy as np
 
 from embodied_ros.backbone.bitnet import BitNetConfig
 from embodied_ros.backbone.siglip import VisionConfig
+from embodied_ros.bundle.source import map_safetensors
 from embodied_ros.heads import oft_l1
 from embodied_ros.models.bitvla import prompt as prompts
 from embodied_ros.models.bitvla import weights as names
@@ -78,14 +79,12 @@ def detect(source: Path) -> bool:
 # ---- reading the folder --------------------------------------------------------------------------
 
 def _safetensors(source: Path) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
     if (source / WEIGHTS_FILE).is_file():
-        return load_file(str(source / WEIGHTS_FILE))
+        return map_safetensors(source / WEIGHTS_FILE)
     shards = sorted(set(json.loads((source / INDEX_FILE).read_text())["weight_map"].values()))
     tensors: dict[str, np.ndarray] = {}
     for shard in shards:
-        tensors.update(load_file(str(source / shard)))
+        tensors.update(map_safetensors(source / shard))
     return tensors
 
 

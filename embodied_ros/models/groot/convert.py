@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from safetensors.numpy import load_file
 
 from embodied_ros.backbone.qwen3_vl import QwenTextConfig, QwenVisionConfig
+from embodied_ros.bundle.source import map_safetensors
 from embodied_ros.models.groot.config import ActionHeadConfig, GrootConfig, TokenIds, block_kinds, n1_7_config
 from embodied_ros.models.kit import lerobot_save
 from embodied_ros.models.groot.processor import ProcessorConfig
@@ -252,11 +252,11 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
             config = GrootConfig.from_fixture_json(raw)
         except (KeyError, TypeError, IndexError) as error:
             raise ValueError(f"{source / CONFIG_FILE}: incomplete GR00T config ({error})") from None
-        weights = from_lerobot(load_file(str(source / WEIGHTS_FILE)), config.text.depth)
+        weights = from_lerobot(map_safetensors(source / WEIGHTS_FILE), config.text.depth)
         check_weights(weights, config)
         return Checkpoint(config, weights, str(source))
     hints = {**_recorded_hints(source, reference), **overrides}
-    weights = from_lerobot(load_file(str(source / WEIGHTS_FILE)))
+    weights = from_lerobot(map_safetensors(source / WEIGHTS_FILE))
     tokenizer = lerobot_save.tokenizer_bytes(source, overrides, TOKENIZER_FILE, "tokenizer file")
     config = config_from_lerobot(source, raw, weights, hints, tokenizer)
     check_weights(weights, config)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from safetensors.numpy import load_file
+from embodied_ros.bundle.source import map_safetensors
 
 from embodied_ros.bundle import BundleWriter, QuantPlan, ReferenceRecord
 from embodied_ros.models.lingbot_va import lerobot_bundle, naming
@@ -88,7 +88,7 @@ def convert_block_record(source: Path, output: Path, quant_plan: QuantPlan | str
     """One Wan block saved on its own -> a blocks-only bundle (block 0), with its cases as reference."""
     values = json.loads((source / BLOCK_CONFIG).read_text())
     section = block_config(values)
-    weights = naming.convert_block_tensors(load_file(str(source / BLOCK_FILE)))
+    weights = naming.convert_block_tensors(map_safetensors(source / BLOCK_FILE))
     writer = BundleWriter(ARCHITECTURE, family_plan(quant_plan), group_of=naming.weight_group)
     writer.set_config({BLOCKS_ONLY: section})
     writer.add_weights(weights)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
-from safetensors.numpy import load_file
+from embodied_ros.bundle.source import map_safetensors
 
 from embodied_ros.backbone import umt5, wan_vae
 from embodied_ros.bundle import BundleWriter, QuantPlan, ReferenceRecord, open_bundle
@@ -163,13 +163,13 @@ def read_checkpoint(source: Path) -> tuple[dict, dict[str, np.ndarray], bytes, d
     sections = {SECTION: _subset(policy, CONFIG_KEYS, source / "config.json"),
                 "vae": _subset(json.loads(needed[0].read_text()), VAE_KEYS, needed[0]),
                 "text_encoder": _subset(json.loads(needed[2].read_text()), TEXT_KEYS, needed[2])}
-    tensors = dict(load_file(str(source / "model.safetensors")))
+    tensors = dict(map_safetensors(source / "model.safetensors"))
     unexpected = sorted(name for name in tensors if not name.startswith("transformer."))
     if unexpected:
         raise ValueError(f"{source}/model.safetensors: unexpected tensors {unexpected[:4]}")
-    tensors.update({f"vae.{k}": v for k, v in load_file(str(needed[1])).items()})
-    tensors.update({f"text_encoder.{k}": v for k, v in load_file(str(needed[3])).items()})
-    quantiles = load_file(str(source / QUANTILES_FILE))
+    tensors.update({f"vae.{k}": v for k, v in map_safetensors(needed[1]).items()})
+    tensors.update({f"text_encoder.{k}": v for k, v in map_safetensors(needed[3]).items()})
+    quantiles = map_safetensors(source / QUANTILES_FILE)
     return sections, tensors, needed[4].read_bytes(), {"q01": quantiles["action.q01"], "q99": quantiles["action.q99"]}
 
 

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from safetensors.numpy import load_file
+from embodied_ros.bundle.source import map_safetensors
 
 from embodied_ros.models.kit import lerobot_save
 from embodied_ros.models import paligemma_save as paligemma
@@ -46,7 +46,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         raise ValueError(f"{source}: not a pi0 checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot pi0 policy or a reference record)")
     raw_config = json.loads((source / CONFIG_FILE).read_text())
-    weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
+    weights = rename_lerobot(map_safetensors(source / WEIGHTS_FILE))
     if raw_config.get("type") == "pi0":
         hints = paligemma.recorded_hints(source, reference)
         hints.update(overrides)

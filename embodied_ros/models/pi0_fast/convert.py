@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from safetensors.numpy import load_file
+from embodied_ros.bundle.source import map_safetensors
 
 from embodied_ros.backbone.siglip import VisionConfig
 from embodied_ros.heads.fast_tokens import FastTokenizer
@@ -105,7 +105,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
                          "FILE): pi0-FAST's decoding needs its ids")
     tokenizer = PromptTokenizer(tokenizer_data, int(raw.get("tokenizer_max_length", 200)))
     action_tokenizer = read_action_tokenizer(overrides.get("action_tokenizer") or source / ACTION_TOKENIZER_FOLDER)
-    weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
+    weights = rename_lerobot(map_safetensors(source / WEIGHTS_FILE))
     hints = {**paligemma.recorded_hints(source, reference), **overrides}
     config = config_from_lerobot(raw, weights, hints, tokenizer, action_tokenizer)
     weights = paligemma.stack_projections(weights)

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from safetensors.numpy import load_file
 
 from embodied_ros.backbone.llama import LlamaConfig
 from embodied_ros.backbone.smolvlm import SmolVLMVisionConfig
+from embodied_ros.bundle.source import map_safetensors
 from embodied_ros.models.kit import lerobot_save
 from embodied_ros.models.smolvla.config import DEFAULT_ACTION_PERIOD_S, ROPE_THETA, SmolVLAConfig, camera_name
 from embodied_ros.models.smolvla.weights import check_weights, rename_lerobot, stack_projections, tensor_group
@@ -69,7 +69,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None,
         raise ValueError(f"{source}: not a SmolVLA checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE} "
                          "of a LeRobot smolvla policy or a reference record)")
     raw = json.loads((source / CONFIG_FILE).read_text())
-    weights = rename_lerobot(load_file(str(source / WEIGHTS_FILE)))
+    weights = rename_lerobot(map_safetensors(source / WEIGHTS_FILE))
     if raw.get("type") == "smolvla":
         hints = _recorded_hints(source, reference)
         hints.update(overrides)
