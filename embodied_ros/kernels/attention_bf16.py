@@ -20,7 +20,7 @@ import numpy as np
 
 from embodied_ros.kernels.attention import _cached_examples, _check_heads, _examples, _float32
 from embodied_ros.kernels.cpu.allocator import aligned_empty
-from embodied_ros.kernels.cpu.amx_gemm import BLOCK_ROWS, TILE, _tile_row_block, block_against_panels  # noqa: PLC2701
+from embodied_ros.kernels.cpu.amx_gemm import BLOCK_ROWS, TILE, block_against_panels, round_into_tile_row
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, bf16_bits, bf16_bits_of, padded_pairs
 from embodied_ros.kernels.cpu.jit import jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
@@ -139,23 +139,13 @@ def _query_tiles(q, g, group, first, tiles):  # pragma: no cover - compiled
     """Rows first..first + 31 of kv head g's stacked queries (row R: query R // group, head
     g * group + R % group of q [Tq, Hq, d]) rounded to bf16 into A tiles [2, steps, 16, 32], zero past
     the queries and past d."""
-    n_rows, width = q.shape[0] * group, q.shape[2]
-    full_steps = width // (2 * TILE)
+    n_rows = q.shape[0] * group
     for r in range(BLOCK_ROWS):
         row = first + r
         if row >= n_rows:
             tiles[r // TILE, :, r % TILE, :] = 0
-            continue
-        values = q[row // group, g * group + row % group]
-        for step in range(full_steps):
-            out = tiles[r // TILE, step, r % TILE]
-            for i in range(2 * TILE):
-                out[i] = np.uint16(bf16_bits_of(values[2 * TILE * step + i]))
-        for step in range(full_steps, tiles.shape[1]):
-            out = tiles[r // TILE, step, r % TILE]
-            for i in range(2 * TILE):
-                c = 2 * TILE * step + i
-                out[i] = np.uint16(bf16_bits_of(values[c])) if c < width else np.uint16(0)
+        else:
+            round_into_tile_row(q[row // group, g * group + row % group], tiles[r // TILE], r % TILE)
 
 
 @jit(parallel=True)

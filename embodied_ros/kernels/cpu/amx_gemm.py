@@ -218,28 +218,32 @@ def _compile_block() -> None:
 
 
 @jit(inline="always")
+def round_into_tile_row(values, tiles, r):  # pragma: no cover - compiled
+    """A row of float32 values rounded to bf16 (nearest even) as row r (< 16) of the A tiles of one
+    16-row block, tiles [steps, 16, 32] uint16; zero past the row's end."""
+    depth = values.shape[0]
+    full_steps = depth // 32
+    for s in range(full_steps):
+        out = tiles[s, r]
+        for i in range(32):
+            out[i] = np.uint16(bf16_bits_of(values[32 * s + i]))
+    for s in range(full_steps, tiles.shape[0]):
+        out = tiles[s, r]
+        for i in range(32):
+            k = 32 * s + i
+            out[i] = np.uint16(bf16_bits_of(values[k])) if k < depth else np.uint16(0)
+
+
+@jit(inline="always")
 def _tile_row_block(x, tiles, block):  # pragma: no cover - compiled
     """Rows 16 block..16 block + 15 of x [N, k] float32 into tiles[block] ([steps, 16, 32] uint16: bf16,
     nearest even), zero past N and past k."""
-    n_rows, depth = x.shape
-    steps = tiles.shape[1]
-    full_steps = depth // 32
     for r in range(TILE):
         row = block * TILE + r
-        if row >= n_rows:
-            for s in range(steps):
-                tiles[block, s, r, :] = 0
-            continue
-        values = x[row]
-        for s in range(full_steps):
-            out = tiles[block, s, r]
-            for i in range(32):
-                out[i] = np.uint16(bf16_bits_of(values[32 * s + i]))
-        for s in range(full_steps, steps):
-            out = tiles[block, s, r]
-            for i in range(32):
-                k = 32 * s + i
-                out[i] = np.uint16(bf16_bits_of(values[k])) if k < depth else np.uint16(0)
+        if row >= x.shape[0]:
+            tiles[block, :, r, :] = 0
+        else:
+            round_into_tile_row(x[row], tiles[block], r)
 
 
 @jit()
