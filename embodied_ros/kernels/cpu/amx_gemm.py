@@ -43,6 +43,43 @@ _XFEATURE_XTILEDATA = 18
 SYMBOL = "embodied_ros_amx_bf16_block"
 PANELS_SYMBOL = "embodied_ros_amx_bf16_panels"
 
+def _steps(start: str, init: str, a0: str, b: str) -> str:
+    """The k loop of a 32 x 32 block (label `step`, entered from `start` with the accumulators
+    `init`00..11; A tiles at `a0` and %a1, the panel at `b`) and its store to %c00..%c11."""
+    return (_STEPS.replace("%START", start).replace("%INIT", init).replace("%A0", a0)
+            .replace("%B,", f"{b},"))
+
+
+_STEPS = """step:
+  %k = phi i64 [0, %START], [%k.next, %step]
+  %y00 = phi x86_amx [%INIT00, %START], [%n00, %step]
+  %y01 = phi x86_amx [%INIT01, %START], [%n01, %step]
+  %y10 = phi x86_amx [%INIT10, %START], [%n10, %step]
+  %y11 = phi x86_amx [%INIT11, %START], [%n11, %step]
+  %ka = mul i64 %k, 1024
+  %pa0 = getelementptr i8, ptr %A0, i64 %ka
+  %pa1 = getelementptr i8, ptr %a1, i64 %ka
+  %kb = mul i64 %k, 2048
+  %pb0 = getelementptr i8, ptr %B, i64 %kb
+  %pb1 = getelementptr i8, ptr %pb0, i64 64
+  %ta0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa0, i64 64)
+  %ta1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa1, i64 64)
+  %tb0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb0, i64 128)
+  %tb1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb1, i64 128)
+  %n00 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y00, x86_amx %ta0, x86_amx %tb0)
+  %n01 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y01, x86_amx %ta0, x86_amx %tb1)
+  %n10 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y10, x86_amx %ta1, x86_amx %tb0)
+  %n11 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y11, x86_amx %ta1, x86_amx %tb1)
+  %k.next = add i64 %k, 1
+  %more = icmp ult i64 %k.next, %steps
+  br i1 %more, label %step, label %store
+store:
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c00, i64 %ldc, x86_amx %n00)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c01, i64 %ldc, x86_amx %n01)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c10, i64 %ldc, x86_amx %n10)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c11, i64 %ldc, x86_amx %n11)
+"""
+
 # y[32 x 32] = init + A @ B over `steps` tile steps, for `blocks` blocks of 32 rows. init is read
 # like a C tile at `init_stride` (0 repeats one row: the bias). a: A tiles, 16-row blocks
 # `a_stride` bytes apart, steps 1 KiB apart; b: a panel, rows 128 bytes apart; c: rows `ldc` bytes
@@ -82,35 +119,7 @@ block:
   %s10 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %i10, i64 %init_stride)
   %s11 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %i11, i64 %init_stride)
   br label %step
-step:
-  %k = phi i64 [0, %block], [%k.next, %step]
-  %y00 = phi x86_amx [%s00, %block], [%n00, %step]
-  %y01 = phi x86_amx [%s01, %block], [%n01, %step]
-  %y10 = phi x86_amx [%s10, %block], [%n10, %step]
-  %y11 = phi x86_amx [%s11, %block], [%n11, %step]
-  %ka = mul i64 %k, 1024
-  %pa0 = getelementptr i8, ptr %a0, i64 %ka
-  %pa1 = getelementptr i8, ptr %a1, i64 %ka
-  %kb = mul i64 %k, 2048
-  %pb0 = getelementptr i8, ptr %b, i64 %kb
-  %pb1 = getelementptr i8, ptr %pb0, i64 64
-  %ta0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa0, i64 64)
-  %ta1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa1, i64 64)
-  %tb0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb0, i64 128)
-  %tb1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb1, i64 128)
-  %n00 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y00, x86_amx %ta0, x86_amx %tb0)
-  %n01 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y01, x86_amx %ta0, x86_amx %tb1)
-  %n10 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y10, x86_amx %ta1, x86_amx %tb0)
-  %n11 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y11, x86_amx %ta1, x86_amx %tb1)
-  %k.next = add i64 %k, 1
-  %more = icmp ult i64 %k.next, %steps
-  br i1 %more, label %step, label %store
-store:
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c00, i64 %ldc, x86_amx %n00)
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c01, i64 %ldc, x86_amx %n01)
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c10, i64 %ldc, x86_amx %n10)
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c11, i64 %ldc, x86_amx %n11)
-  br label %stored
+STEPS_BLOCK  br label %stored
 stored:
   %r.next = add i64 %r, 1
   %more_blocks = icmp ult i64 %r.next, %blocks
@@ -142,42 +151,15 @@ panel:
   %z10 = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
   %z11 = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
   br label %step
-step:
-  %k = phi i64 [0, %panel], [%k.next, %step]
-  %y00 = phi x86_amx [%z00, %panel], [%n00, %step]
-  %y01 = phi x86_amx [%z01, %panel], [%n01, %step]
-  %y10 = phi x86_amx [%z10, %panel], [%n10, %step]
-  %y11 = phi x86_amx [%z11, %panel], [%n11, %step]
-  %ka = mul i64 %k, 1024
-  %pa0 = getelementptr i8, ptr %a, i64 %ka
-  %pa1 = getelementptr i8, ptr %a1, i64 %ka
-  %kb = mul i64 %k, 2048
-  %pb0 = getelementptr i8, ptr %bp, i64 %kb
-  %pb1 = getelementptr i8, ptr %pb0, i64 64
-  %ta0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa0, i64 64)
-  %ta1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa1, i64 64)
-  %tb0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb0, i64 128)
-  %tb1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb1, i64 128)
-  %n00 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y00, x86_amx %ta0, x86_amx %tb0)
-  %n01 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y01, x86_amx %ta0, x86_amx %tb1)
-  %n10 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y10, x86_amx %ta1, x86_amx %tb0)
-  %n11 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %y11, x86_amx %ta1, x86_amx %tb1)
-  %k.next = add i64 %k, 1
-  %more = icmp ult i64 %k.next, %steps
-  br i1 %more, label %step, label %store
-store:
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c00, i64 %ldc, x86_amx %n00)
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c01, i64 %ldc, x86_amx %n01)
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c10, i64 %ldc, x86_amx %n10)
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c11, i64 %ldc, x86_amx %n11)
-  %p.next = add i64 %p, 1
+STEPS_PANEL  %p.next = add i64 %p, 1
   %more_panels = icmp ult i64 %p.next, %panels
   br i1 %more_panels, label %panel, label %done
 done:
   ret void
 }
 attributes #0 = { nounwind "target-features"="+amx-tile,+amx-bf16,+avx512f" }
-""".replace("PANELS_SYMBOL", PANELS_SYMBOL).replace("SYMBOL", SYMBOL)
+""".replace("PANELS_SYMBOL", PANELS_SYMBOL).replace("SYMBOL", SYMBOL).replace(
+    "STEPS_BLOCK", _steps("%block", "%s", "%a0", "%b")).replace("STEPS_PANEL", _steps("%panel", "%z", "%a", "%bp"))
 
 _block = types.ExternalFunction(SYMBOL, types.void(types.uintp, types.intp, types.uintp, types.uintp, types.intp,
                                                    types.uintp, types.intp, types.intp, types.intp, types.intp))
