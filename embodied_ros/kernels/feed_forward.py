@@ -17,6 +17,9 @@ way). Elsewhere it is that sequence.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numba
 import numpy as np
 
@@ -33,8 +36,18 @@ from embodied_ros.kernels.linear_bf16 import BF16_UNIT, linear_bf16, to_bf16_wei
 from embodied_ros.kernels.registry import kernel, reference
 from embodied_ros.kernels.silu import _silu_scalar, silu_glu, silu_glu_numba  # noqa: PLC2701
 
-ACTIVATIONS = ("gelu_tanh", "gelu_tanh_glu", "silu_glu")  # index = the fused kernel's `kind`
-_GLU = {"gelu_tanh": False, "gelu_tanh_glu": True, "silu_glu": True}
+
+@dataclass(frozen=True)
+class Activation:
+    kind: int            # the fused kernel's switch (_activated)
+    glu: bool            # up is [gate | up] stacked, 2 x hidden rows
+    reference: Callable  # the activation op's numpy reference
+    numba: Callable      # and its numba kernel
+
+
+ACTIVATIONS = {"gelu_tanh": Activation(0, False, gelu_tanh, gelu_tanh_numba),
+               "gelu_tanh_glu": Activation(1, True, gelu_tanh_glu, gelu_tanh_glu_numba),
+               "silu_glu": Activation(2, True, silu_glu, silu_glu_numba)}
 
 
 def _examples(rng: np.random.Generator) -> list[tuple]:
@@ -42,7 +55,7 @@ def _examples(rng: np.random.Generator) -> list[tuple]:
     for activation, rows, n_in, hidden, n_out in (("gelu_tanh", 5, 24, 40, 7), ("gelu_tanh", 70, 96, 128, 33),
                                                   ("gelu_tanh_glu", 37, 64, 64, 20), ("silu_glu", 50, 40, 96, 48),
                                                   ("silu_glu", 3, 16, 10, 5)):
-        n_up = 2 * hidden if _GLU[activation] else hidden
+        n_up = 2 * hidden if ACTIVATIONS[activation].glu else hidden
         x = rng.standard_normal((rows, n_in), dtype=np.float32)
         up = rng.standard_normal((n_up, n_in), dtype=np.float32) * np.float32(n_in ** -0.5)
         down = rng.standard_normal((n_out, hidden), dtype=np.float32) * np.float32(hidden ** -0.5)
@@ -57,14 +70,12 @@ def _product(x: np.ndarray, weight, bias: np.ndarray | None) -> np.ndarray:
     return (linear_bf16 if isinstance(weight, Bf16Weight) else linear)(x, weight, bias)
 
 
-_ACTIVATION_REFERENCES = {"gelu_tanh": gelu_tanh, "gelu_tanh_glu": gelu_tanh_glu, "silu_glu": silu_glu}
-
-
 def check_feed_forward(x: np.ndarray, up, down, activation: str) -> None:
-    if activation not in _GLU:
-        raise ValueError(f"feed_forward: unknown activation {activation!r}; expected one of {ACTIVATIONS}")
-    hidden = up.shape[0] // 2 if _GLU[activation] else up.shape[0]
-    if x.shape[-1] != up.shape[1] or down.shape[1] != hidden or (_GLU[activation] and up.shape[0] % 2):
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"feed_forward: unknown activation {activation!r}; expected one of {tuple(ACTIVATIONS)}")
+    glu = ACTIVATIONS[activation].glu
+    hidden = up.shape[0] // 2 if glu else up.shape[0]
+    if x.shape[-1] != up.shape[1] or down.shape[1] != hidden or (glu and up.shape[0] % 2):
         raise ValueError(f"feed_forward ({activation}): input {x.shape}, up {tuple(up.shape)} and down "
                          f"{tuple(down.shape)} do not chain")
 
@@ -73,10 +84,7 @@ def check_feed_forward(x: np.ndarray, up, down, activation: str) -> None:
 def feed_forward(x: np.ndarray, up, up_bias: np.ndarray | None, down, down_bias: np.ndarray | None,
                  activation: str) -> np.ndarray:
     check_feed_forward(x, up, down, activation)
-    return _product(_ACTIVATION_REFERENCES[activation](_product(x, up, up_bias)), down, down_bias)
-
-
-_ACTIVATION_KERNELS = {"gelu_tanh": gelu_tanh_numba, "gelu_tanh_glu": gelu_tanh_glu_numba, "silu_glu": silu_glu_numba}
+    return _product(ACTIVATIONS[activation].reference(_product(x, up, up_bias)), down, down_bias)
 
 
 @jit(inline="always")
@@ -115,13 +123,13 @@ def _up_into_tiles(a, a_stride, row_blocks, steps, panels, panel_bytes, bias, ki
                         target[i] = np.uint16(bf16_bits_of(_activated(kind, block[r, i], block[r, PANEL + i])))
 
 
-def _fused_on_tiles(x: np.ndarray, up: Bf16Weight, up_bias, down: Bf16Weight, down_bias, activation: str) -> bool:
+def _fused_on_tiles(up, down, activation: str) -> bool:
     """Whether this product pair takes the fused path: both on the tiles, the up product in one pass of
     depth (BLOCKING) and, for a GLU, its up half starting on a panel."""
     if BF16_UNIT != "amx" or not (isinstance(up, Bf16Weight) and isinstance(down, Bf16Weight)):
         return False
     hidden = down.shape[1]
-    return up.panels.shape[1] // TILE <= BLOCKING[0] and (not _GLU[activation] or hidden % PANEL == 0)
+    return up.panels.shape[1] // TILE <= BLOCKING[0] and (not ACTIVATIONS[activation].glu or hidden % PANEL == 0)
 
 
 def _feed_forward_on_tiles(x: np.ndarray, up: Bf16Weight, up_bias, down: Bf16Weight, down_bias,
@@ -139,7 +147,7 @@ def _feed_forward_on_tiles(x: np.ndarray, up: Bf16Weight, up_bias, down: Bf16Wei
     scratch = aligned_empty((workers, rows_per_pass * BLOCK_ROWS, 2 * PANEL), np.float32)
     bias_row = padded_bias(up, up_bias)
     _up_into_tiles(tiles.ctypes.data, tiles.strides[0], row_blocks, steps, up.panels.ctypes.data,
-                   up.panels.strides[0], bias_row.ctypes.data, ACTIVATIONS.index(activation), hidden // PANEL,
+                   up.panels.strides[0], bias_row.ctypes.data, ACTIVATIONS[activation].kind, hidden // PANEL,
                    scratch, hidden_tiles, rows_per_pass)
     return tile_product(hidden_tiles, rows, down, down_bias)[:rows, :down.shape[0]]
 
@@ -148,8 +156,8 @@ def _feed_forward_on_tiles(x: np.ndarray, up: Bf16Weight, up_bias, down: Bf16Wei
 def feed_forward_numba(x: np.ndarray, up, up_bias: np.ndarray | None, down, down_bias: np.ndarray | None,
                        activation: str) -> np.ndarray:
     check_feed_forward(x, up, down, activation)
-    if _fused_on_tiles(x, up, up_bias, down, down_bias, activation):
+    if _fused_on_tiles(up, down, activation):
         rows = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
         y = _feed_forward_on_tiles(rows, up, up_bias, down, down_bias, activation)
         return np.ascontiguousarray(y).reshape(*x.shape[:-1], down.shape[0])
-    return linear_numba(_ACTIVATION_KERNELS[activation](linear_numba(x, up, up_bias)), down, down_bias)
+    return linear_numba(ACTIVATIONS[activation].numba(linear_numba(x, up, up_bias)), down, down_bias)

@@ -43,6 +43,7 @@ _XFEATURE_XTILEDATA = 18
 SYMBOL = "embodied_ros_amx_bf16_block"
 PANELS_SYMBOL = "embodied_ros_amx_bf16_panels"
 
+
 def _steps(start: str, init: str, a0: str, b: str) -> str:
     """The k loop of a 32 x 32 block (label `step`, entered from `start` with the accumulators
     `init`00..11; A tiles at `a0` and %a1, the panel at `b`) and its store to %c00..%c11."""
