@@ -1,0 +1,116 @@
+"""HY-VLA's recorded cases: the `parity` command, a bundle's reference record and `bundle verify`.
+
+A record (made by reference/hy_vla/gen_records.py, HY-VLA's own `forward_evaluate`) is a checkpoint in the
+released layout at the top of its folder, cases.json (tasks, settings, versions) and cases.npz with, per
+case k, what `sample_actions` consumed: `case{k}_images` [slots, (K,) 3, S, S] in [-1, 1] (present cameras
+first, then padding slots), `case{k}_image_masks` [slots], `case{k}_tokens` / `case{k}_token_mask` [L],
+`case{k}_state` [max_state_dim] (normalized, padded), `case{k}_noise` [C, max_action_dim]; what it produced,
+`case{k}_normalized_actions` [C, 20]; and the raw camera images it was given, `case{k}_raw_images`
+[present cameras, (K,) 3, H, W] in [0, 1]. Its casts to bf16 ran as float32, so the record is the model's
+math in float32: the tolerance is the f32 one (1e-4), of the weakest stored type otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from embodied_ros.models.kit.records import CASES_FILE, CaseResult, converted_bundle, tolerance_for
+
+NOTES_FILE = "cases.json"
+INPUTS = ("images", "image_masks", "tokens", "token_mask", "state", "noise")
+
+
+def case_count(cases) -> int:
+    return len([name for name in cases.files if name.endswith("_normalized_actions")])
+
+
+def notes(folder: Path) -> list[dict]:
+    return json.loads((Path(folder) / NOTES_FILE).read_text()).get("cases", [])
+
+
+def model_case(model, inputs, key: str) -> np.ndarray:
+    """Normalized actions [C, action_dim] of one recorded case."""
+    arrays = [np.asarray(inputs[f"{key}_{name}"]) for name in INPUTS]
+    return model.sample(*arrays)[:, : model.config.action_dim]
+
+
+class HyVLARecords:
+    family = "hy_vla"
+
+    def recognizes_fixture(self, path: str | Path) -> bool:
+        from embodied_ros.models.hy_vla.convert import detect
+
+        folder = Path(path)
+        return (folder / CASES_FILE).is_file() and (folder / NOTES_FILE).is_file() and detect(folder)
+
+    def _require(self, folder: Path) -> None:
+        if not self.recognizes_fixture(folder):
+            raise ValueError(f"{folder}: not an hy_vla record (needs {CASES_FILE} and {NOTES_FILE} beside an HY-VLA "
+                             "checkpoint)")
+
+    def run_fixture_parity(self, path: str | Path, quant: str = "f32", backend: str = "numba") -> list[CaseResult]:
+        """Convert the record's checkpoint (stored as `quant`) and run every case; the prompt the runtime
+        makes from the case's task must give the recorded token ids."""
+        from embodied_ros.models.hy_vla import convert
+        from embodied_ros.models.hy_vla.runtime import load_runtime, prompt_text
+
+        folder = Path(path)
+        self._require(folder)
+        with converted_bundle(folder, quant, "hy_vla", convert.convert) as (bundle, tolerance):
+            runtime = load_runtime(bundle, backend)
+            results = []
+            with np.load(folder / CASES_FILE) as cases:
+                for k, case in enumerate(notes(folder)):
+                    key = f"case{k}"
+                    error = float(np.abs(model_case(runtime.model, cases, key) - cases[f"{key}_normalized_actions"]).max())
+                    tokens, mask = runtime.tokenizer.encode(prompt_text(case["task"]))
+                    same = np.array_equal(tokens[mask], cases[f"{key}_tokens"][cases[f"{key}_token_mask"]])
+                    results.append(CaseResult(key, error if same else float("inf"), tolerance,
+                                              "" if same else "token ids differ"))
+            return results
+
+    # ---- a bundle's reference record ---------------------------------------------------------------
+
+    tolerance_for = staticmethod(tolerance_for)
+
+    def reference_record(self, folder: Path, tolerance: float):
+        from embodied_ros.bundle import ReferenceRecord
+
+        folder = Path(folder)
+        self._require(folder)
+        inputs, expected = {}, {}
+        with np.load(folder / CASES_FILE) as cases:
+            for k in range(case_count(cases)):
+                key = f"case{k}"
+                expected[key] = cases[f"{key}_normalized_actions"]
+                inputs.update({f"{key}_{name}": cases[f"{key}_{name}"] for name in INPUTS})
+        return ReferenceRecord(inputs=inputs, expected=expected, tolerance=tolerance, fields={"kind": "model"})
+
+    def verify_reference(self, bundle, backend: str = "numba") -> tuple[float, float]:
+        from embodied_ros.models.hy_vla.runtime import load_runtime
+
+        record = bundle.reference
+        if record is None:
+            raise ValueError(f"{bundle.path}: bundle has no reference record")
+        model = load_runtime(bundle, backend).model
+        worst = max(float(np.abs(model_case(model, record.inputs, key) - expected).max())
+                    for key, expected in record.expected.items())
+        return worst, float(record.tolerance)
+
+    # ---- `embodied-ros bench` (models/kit/bench.py) ------------------------------------------------
+
+    def bench_cases(self, bundle, record: Path | None = None, backend: str = "numba") -> list:
+        """The bundle's reference record; a case is one prefix and one Euler solve, timed as "chunk"."""
+        from embodied_ros.models.hy_vla.runtime import load_runtime
+        from embodied_ros.models.kit.bench import no_record_folders, reference_cases, whole
+
+        no_record_folders("HY-VLA", record)
+        runtime = load_runtime(bundle, backend)
+        return reference_cases(bundle, runtime, lambda ref, key: whole(lambda: model_case(runtime.model, ref.inputs,
+                                                                                          key)))
+
+
+RECORDS = HyVLARecords()
