@@ -85,7 +85,8 @@ def load_hy_vla(source: Path, spec: dict):
     import hy_vla.hunyuan_vl_mot.modeling_hunyuan_vl_mot as mot
 
     float32_torch = types.ModuleType("torch_with_bf16_as_f32")
-    float32_torch.__dict__.update({k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")})
+    float32_torch.__dict__.update({k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")},
+                                  __version__=torch.__version__)
     float32_torch.bfloat16 = torch.float32
     for module in (modeling, dual_tower, mot):
         module.torch = float32_torch

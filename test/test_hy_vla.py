@@ -1,0 +1,122 @@
+"""HY-VLA against its records (made by HY-VLA's own code: reference/hy_vla/gen_records.py): the model's
+actions, the tower's image tokens, the image preparation and the prompt's token ids; the prefix's attention
+rules; memory frames; the converter's refusals."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embodied_ros.models.hy_vla import convert
+from embodied_ros.models.hy_vla.config import HyVLAConfig
+from embodied_ros.models.hy_vla.model import HyVLAModel, prefix_allowed, prefix_layout
+from embodied_ros.models.hy_vla.parity import model_case
+from embodied_ros.models.hy_vla.runtime import HyVLARuntime, HyVLATokenizer, prompt_text
+from embodied_ros.sequence.images import resize_with_pad
+
+DATA = Path(__file__).parent / "data"
+TINY, MEMORY = DATA / "hy_vla_tiny", DATA / "extra" / "hy_vla_memory"
+
+
+def model_and_cases(folder: Path):
+    checkpoint = convert.read_checkpoint(folder)
+    with np.load(folder / "cases.npz") as cases:
+        arrays = {name: cases[name] for name in cases.files}
+    return checkpoint, HyVLAModel(checkpoint.config, checkpoint.weights, "numpy"), arrays
+
+
+@pytest.mark.parametrize("folder, tolerance", [(TINY, 1e-4), (MEMORY, 1e-5)], ids=["tiny", "memory"])
+def test_actions_and_image_tokens_match_the_record(folder, tolerance):
+    _, model, cases = model_and_cases(folder)
+    present = cases["case0_image_masks"]
+    tokens = model.image_tokens(cases["case0_images"], present)[present]
+    assert np.abs(tokens - cases["case0_image_tokens"]).max() < 1e-5
+    notes = json.loads((folder / "cases.json").read_text())["cases"]
+    for k in range(len(notes)):
+        expected = cases[f"case{k}_normalized_actions"]
+        assert np.abs(model_case(model, cases, f"case{k}") - expected).max() < tolerance
+
+
+def test_a_wrong_isolation_setting_misses_the_record():
+    checkpoint, _, cases = model_and_cases(TINY)
+    values = checkpoint.config.to_dict()
+    values["visual_segment_isolation"] = not values["visual_segment_isolation"]
+    model = HyVLAModel(HyVLAConfig.from_dict(values), checkpoint.weights, "numpy")
+    assert np.abs(model_case(model, cases, "case0") - cases["case0_normalized_actions"]).max() > 1e-2
+
+
+@pytest.mark.parametrize("folder", [TINY, MEMORY], ids=["tiny", "memory"])
+def test_camera_images_are_prepared_as_the_reference_prepares_them(folder):
+    checkpoint, _, cases = model_and_cases(folder)
+    size = checkpoint.config.vision.image_size
+    for k in range(len(json.loads((folder / "cases.json").read_text())["cases"])):
+        raw, prepared = cases[f"case{k}_raw_images"], cases[f"case{k}_images"]
+        for index, image in enumerate(raw):  # present cameras come first
+            frames = image if image.ndim == 4 else image[None]
+            ours = np.stack([resize_with_pad(frame, size) * np.float32(2) - np.float32(1) for frame in frames])
+            assert np.abs(ours - prepared[index].reshape(ours.shape)).max() < 1e-5
+
+
+@pytest.mark.parametrize("folder", [TINY, MEMORY], ids=["tiny", "memory"])
+def test_prompts_give_the_recorded_token_ids(folder):
+    checkpoint, _, cases = model_and_cases(folder)
+    tokenizer = HyVLATokenizer(checkpoint.tokenizer, checkpoint.config.tokenizer_max_length)
+    for k, case in enumerate(json.loads((folder / "cases.json").read_text())["cases"]):
+        tokens, mask = tokenizer.encode(prompt_text(case["task"]))
+        assert np.array_equal(mask, cases[f"case{k}_token_mask"])
+        assert np.array_equal(tokens[mask], cases[f"case{k}_tokens"][mask])
+
+
+def test_prompt_is_cleaned_and_ends_with_the_assistant_token():
+    assert prompt_text("  pick_up the\ncup ") == "pick up the cup<｜hy_Assistant｜>"
+    # the reference replaces underscores before it looks for the token, so a task that brings its own gets two
+    assert prompt_text("go<｜hy_Assistant｜>") == "go<｜hy Assistant｜><｜hy_Assistant｜>"
+
+
+def test_prefix_attention_rules():
+    checkpoint = convert.read_checkpoint(TINY)
+    values = checkpoint.config.to_dict()
+    g = checkpoint.config.vision.grid
+    kinds, patch, segments = prefix_layout(checkpoint.config, 2, 1, 3)
+    assert kinds.size == 2 + 2 * (2 + g * (g + 1)) + 2 + 3 and patch.sum() == 2 * g * g
+    (a0, a1), (b0, b1) = segments
+    isolated = prefix_allowed(checkpoint.config, patch, segments)
+    assert isolated[a0:a1, a0:a1].all() and not isolated[a0:a1, :a0].any()  # own image only, both ways
+    assert isolated[-1].all() and not isolated[0, 1:].any()  # the prompt reads everything before it; causal
+    values["visual_segment_isolation"] = False
+    patch_only = prefix_allowed(HyVLAConfig.from_dict(values), patch, segments)
+    first_patch, other_patch = a0, b0
+    assert patch_only[first_patch, a0:a0 + g].all() and patch_only[first_patch, 0]  # its image's patches, and bos
+    assert not patch_only[other_patch, a0] and patch_only[other_patch, a0 + g]  # not another image's patches; its splits
+
+
+def test_memory_frames_stack_the_encoded_images_with_black_before_the_first():
+    checkpoint = convert.read_checkpoint(MEMORY)
+    runtime = HyVLARuntime.from_parts(checkpoint.config, checkpoint.weights, checkpoint.tokenizer, checkpoint.stats,
+                                      "numpy")
+    frames = checkpoint.config.memory_frames
+    shots = [np.full((1, 3, 2, 2), float(i), np.float32) for i in range(frames + 2)]
+    stack = runtime.frames(shots[0])
+    assert stack.shape == (1, frames, 3, 2, 2) and (stack[0, :-1] == -1).all() and (stack[0, -1] == 0).all()
+    for shot in shots[1:]:
+        stack = runtime.frames(shot)
+    assert [float(stack[0, k, 0, 0, 0]) for k in range(frames)] == [float(i) for i in range(2, frames + 2)]
+    runtime.reset_memory()
+    assert (runtime.frames(shots[0])[0, :-1] == -1).all()
+
+
+def test_converter_refuses_what_it_cannot_run(tmp_path):
+    source = tmp_path / "ckpt"
+    shutil.copytree(TINY, source)
+    (source / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match="tokenizer.json"):
+        convert.read_checkpoint(source)
+    shutil.copy(TINY / "tokenizer.json", source / "tokenizer.json")
+    config = json.loads((source / "config.json").read_text())
+    config["vlm_config_dict"]["text_config"]["rope_scaling"] = {"type": "yarn", "factor": 4.0}
+    (source / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="dynamic-alpha"):
+        convert.read_checkpoint(source)
+    assert not convert.detect(DATA / "pi0_tiny") and convert.detect(TINY)
