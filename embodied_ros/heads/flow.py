@@ -39,6 +39,18 @@ def euler_times(num_steps: int, start: float = 1.0, end: float = 0.0) -> np.ndar
     return np.array(step_times(num_steps, start, end), dtype=np.float32)
 
 
+def accumulated_times(num_steps: int) -> np.ndarray:
+    """[num_steps] float32 step times of a solver loop that adds dt to a float32 time from 1 while
+    t >= -dt / 2 (HY-VLA's): t_s carries the rounding of s additions, unlike `euler_times`."""
+    dt, t, times = np.float32(-1.0 / num_steps), np.float32(1.0), []
+    while t >= -dt / np.float32(2.0):
+        times.append(t)
+        t = np.float32(t + dt)
+    if len(times) != num_steps:
+        raise ValueError(f"a float32 time loop of {num_steps} steps runs {len(times)}")
+    return np.array(times, dtype=np.float32)
+
+
 def euler_solve(velocity: Velocity, noise: np.ndarray, num_steps: int, start: float = 1.0, end: float = 0.0,
                 guidance: Guidance | None = None) -> np.ndarray:
     """x(start) = noise -> x(end) in num_steps equal Euler steps; velocity(x, step) is v at

@@ -116,7 +116,7 @@ class HyVLAModel:
         self.action_part = pack_for_products(action_part) if backend == "numba" else action_part
         self.step_time_bias = tuple(action_time.time_bias(time_part, self.weights["action_time_in.bias"], t,
                                                           config.time_min_period, config.time_max_period)
-                                    for t in flow.euler_times(config.num_inference_steps))
+                                    for t in flow.accumulated_times(config.num_inference_steps))
 
     def warm_up(self) -> None:
         """One small pass through every stage so that each kernel compiles before the first observation."""
