@@ -1,8 +1,9 @@
 """Checkpoint tensors read lazily, so that conversion holds one tensor at a time.
 
 `map_safetensors` maps a .safetensors file and hands out read-only views of it (nothing is read
-until a tensor is encoded); `Stacked` is a concatenation along the first axis made only when the
-array is asked for (`np.asarray`). The bundle writer encodes and writes one tensor at a time and
+until a tensor is encoded); a BF16 tensor, which numpy cannot view, is a `Widened` view of its bits,
+made float32 only when the array is asked for; `Stacked` is a concatenation along the first axis made
+only when the array is asked for (`np.asarray`). The bundle writer encodes and writes one tensor at a time and
 then hands back the mapped pages it read (`release`), so a conversion's peak is about the largest
 tensor and its encoding, not the checkpoint.
 """
@@ -21,23 +22,49 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.in
            "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 
 
-def map_safetensors(path: str | Path) -> dict[str, np.ndarray]:
-    """name -> read-only view of the file's tensor; files with types numpy lacks (BF16) are read whole."""
+def map_safetensors(path: str | Path) -> dict[str, "np.ndarray | Widened"]:
+    """name -> read-only view of the file's tensor (a `Widened` one for BF16)."""
     path = Path(path)
     with path.open("rb") as file:
         (header_size,) = struct.unpack("<Q", file.read(8))
         header = json.loads(file.read(header_size))
     header.pop("__metadata__", None)
-    if any(entry["dtype"] not in _DTYPES for entry in header.values()):
-        from safetensors.numpy import load_file
-        return load_file(str(path))
+    unknown = sorted({entry["dtype"] for entry in header.values()} - set(_DTYPES) - {"BF16"})
+    if unknown:
+        raise ValueError(f"{path}: tensor types {unknown} are not read (known: {', '.join(_DTYPES)}, BF16)")
     mapped = np.memmap(path, mode="r")
     tensors = {}
     for name, entry in header.items():
         start, stop = entry["data_offsets"]
         data = mapped[8 + header_size + start:8 + header_size + stop]
-        tensors[name] = data.view(_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+        if entry["dtype"] == "BF16":
+            tensors[name] = Widened(data.view(np.uint16).reshape(entry["shape"]))
+        else:
+            tensors[name] = data.view(_DTYPES[entry["dtype"]]).reshape(entry["shape"])
     return tensors
+
+
+class Widened:
+    """A BF16 tensor's bits [..] (uint16), float32 when `np.asarray` asks for it: bf16 is the top half
+    of a float32, so the widening is exact."""
+
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, bits: np.ndarray) -> None:
+        self.bits = bits
+        self.shape = bits.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        wide = (self.bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return wide if dtype is None else wide.astype(dtype, copy=False)
 
 
 class Stacked:
@@ -64,5 +91,9 @@ class Stacked:
 def release(tensor) -> None:
     """Hand back the mapped pages a tensor (or the parts of a Stacked) was read from."""
     for part in tensor.parts if isinstance(tensor, Stacked) else [tensor]:
+        part = part.bits if isinstance(part, Widened) else part
         if isinstance(part, np.ndarray):
             release_pages(part)
+
+
+LAZY = (Stacked, Widened)  # the tensor kinds the bundle writer keeps unread until it encodes them

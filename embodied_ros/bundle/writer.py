@@ -23,7 +23,7 @@ from embodied_ros.bundle import layout
 from embodied_ros.bundle.plan import QuantPlan
 from embodied_ros.bundle.quantize import quantize
 from embodied_ros.bundle.records import ReferenceRecord, RobotMetadata
-from embodied_ros.bundle.source import Stacked, release
+from embodied_ros.bundle.source import LAZY, release
 from embodied_ros.kernels.quant import QUANT_TYPES, QuantTensor
 
 
@@ -94,7 +94,7 @@ class BundleWriter:
         if isinstance(weight, QuantTensor):
             self._weights[name] = _Entry(name, weight, weight.qtype)
             return
-        if not isinstance(weight, Stacked):
+        if not isinstance(weight, LAZY):
             weight = np.asarray(weight)
         if weight.dtype.kind != "f" or weight.size == 0:
             raise ValueError(f"weight {name!r}: expected a non-empty float array, got {weight.dtype} {weight.shape}")
