@@ -17,7 +17,7 @@ from embodied_ros.models.hy_vla.runtime import HyVLARuntime, HyVLATokenizer, pro
 from embodied_ros.sequence.images import resize_with_pad
 
 DATA = Path(__file__).parent / "data"
-TINY, MEMORY = DATA / "hy_vla_tiny", DATA / "extra" / "hy_vla_memory"
+TINY, MEMORY, BF16 = DATA / "hy_vla_tiny", DATA / "extra" / "hy_vla_memory", DATA / "extra" / "hy_vla_bf16"
 
 
 def model_and_cases(folder: Path):
@@ -37,6 +37,13 @@ def test_actions_and_image_tokens_match_the_record(folder, tolerance):
     for k in range(len(notes)):
         expected = cases[f"case{k}_normalized_actions"]
         assert np.abs(model_case(model, cases, f"case{k}") - expected).max() < tolerance
+
+
+def test_a_record_made_in_bf16_is_met_within_bf16_error_by_float32_arithmetic():
+    _, model, cases = model_and_cases(BF16)
+    errors = [np.abs(model_case(model, cases, f"case{k}") - cases[f"case{k}_normalized_actions"]).max()
+              for k in range(2)]
+    assert 1e-3 < max(errors) < 5e-2  # the reference's bf16 rounding, well inside bf16's tolerance
 
 
 def test_a_wrong_isolation_setting_misses_the_record():

@@ -34,6 +34,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -77,8 +78,9 @@ DEFAULTS = {
 
 # ---- loading HY-VLA's code with the spec's constants -------------------------------------------------
 
-def load_hy_vla(source: Path, spec: dict):
-    """Imports HY-VLA from a checkout with the spec's small constants and float32 in place of bf16."""
+def load_hy_vla(source: Path, spec: dict, precision: str):
+    """Imports HY-VLA from a checkout with the spec's small constants; with precision "float32" its bf16
+    casts run as float32."""
     sys.path.insert(0, str(source))
     import hy_vla.modeling_dual_tower as dual_tower
     import hy_vla.modeling_hy_vla as modeling
@@ -88,7 +90,7 @@ def load_hy_vla(source: Path, spec: dict):
     float32_torch.__dict__.update({k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")},
                                   __version__=torch.__version__)
     float32_torch.bfloat16 = torch.float32
-    for module in (modeling, dual_tower, mot):
+    for module in (modeling, dual_tower, mot) if precision == "float32" else ():
         module.torch = float32_torch
 
     vision = spec["vision"]
@@ -191,10 +193,13 @@ def case_batch(spec: dict, case: dict, generator: torch.Generator) -> dict:
     return batch
 
 
-def run_case(policy, spec: dict, case: dict, generator: torch.Generator, taps: dict | None) -> dict:
+def run_case(policy, spec: dict, case: dict, generator: torch.Generator, taps: dict | None, repeats: int = 0):
+    """(arrays of one case, its present cameras, the median seconds of `repeats` more calls or None)."""
     inner = policy.model
     drawn = torch.randn((1, spec["policy"]["n_action_steps"], spec["policy"]["max_action_dim"]), generator=generator)
     batch = case_batch(spec, case, generator)
+    dtype = next(policy.parameters()).dtype  # the evaluation hands the policy its own dtype
+    batch = {k: v.to(dtype) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     seen = {}
     sample = type(inner).sample_actions
 
@@ -217,6 +222,13 @@ def run_case(policy, spec: dict, case: dict, generator: torch.Generator, taps: d
         inner.dual_tower.embed_image = embed_recorded
     with torch.no_grad():
         pred = policy.forward_evaluate(batch)["pred"][0]
+        inner.sample_actions = types.MethodType(sample, inner)
+        inner.dual_tower.__dict__.pop("embed_image", None)
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            policy.forward_evaluate(batch)
+            seconds.append(time.perf_counter() - start)
     del inner.sample_actions, inner.sample_noise
     inner.dual_tower.__dict__.pop("embed_image", None)
     present = [name for name in spec["cameras"] if name in batch]
@@ -225,7 +237,8 @@ def run_case(policy, spec: dict, case: dict, generator: torch.Generator, taps: d
               "image_masks": seen["image_masks"], "tokens": seen["tokens"].to(torch.int32),
               "token_mask": seen["token_mask"], "state": seen["state"], "noise": seen["noise"],
               "normalized_actions": pred}
-    return {k: v.numpy() for k, v in arrays.items()}, present
+    median = float(np.median(seconds)) if seconds else None
+    return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in arrays.items()}, present, median
 
 
 def make_stats(spec: dict, rng: np.random.Generator) -> dict:
@@ -240,22 +253,29 @@ def main(argv=None):
     def extra(parser: argparse.ArgumentParser):
         parser.add_argument("--source", required=True, type=Path, help="a checkout of Hy-Embodied-0.5-VLA")
         parser.add_argument("--threads", type=int, default=2)
+        parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                            help="bfloat16: the code's own casts and the policy in bf16, as its evaluation runs it")
+        parser.add_argument("--time", type=int, default=0, metavar="N",
+                            help="also time N more calls of each case (median seconds in cases.json)")
 
     spec, out, args = common.command_line(DEFAULTS, __doc__.split("\n\n")[0], argv, extra, whole=("cases",))
     common.threads(args.threads)
-    modeling = load_hy_vla(args.source.resolve(), spec)
+    modeling = load_hy_vla(args.source.resolve(), spec, args.precision)
     policy = build_policy(modeling, spec, out)
+    if args.precision == "bfloat16":
+        policy = policy.to(torch.bfloat16)
     policy.save_pretrained(str(out))
     generator = common.rng(spec["seeds"]["data"])
     arrays, notes, taps = {}, [], {}
     for k, case in enumerate(spec["cases"]):
-        case_arrays, present = run_case(policy, spec, case, generator, taps if k == 0 else None)
+        case_arrays, present, seconds = run_case(policy, spec, case, generator, taps if k == 0 else None, args.time)
         arrays.update({f"case{k}_{name}": value for name, value in case_arrays.items()})
-        notes.append({"task": case["task"], "cameras": present, "image_hw": case["image_hw"]})
-    arrays["case0_image_tokens"] = torch.stack(taps["image_tokens"]).numpy()
+        notes.append({"task": case["task"], "cameras": present, "image_hw": case["image_hw"],
+                      **({"reference_seconds": seconds} if seconds is not None else {})})
+    arrays["case0_image_tokens"] = torch.stack(taps["image_tokens"]).float().numpy()
     stats = make_stats(spec, np.random.default_rng(spec["seeds"]["data"]))
     common.write_json(out / "norm_stats.json", stats)
-    settings = {"set": spec["name"], "spec": spec, "cases": notes, "special_tokens": SPECIAL,
+    settings = {"set": spec["name"], "spec": spec, "precision": args.precision, "cases": notes, "special_tokens": SPECIAL,
                 "generated_by": common.generated_by("gen_records.py", "torch", "transformers", "timm",
                                                     threads=args.threads)}
     common.write_json(out / "cases.json", settings)
