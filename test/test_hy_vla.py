@@ -136,3 +136,39 @@ def test_step_times_carry_the_float32_additions_of_the_reference_loop():
     assert times.dtype == np.float32 and times[0] == 1 and times.size == 10
     assert times[2] == np.float32(np.float32(np.float32(1) - np.float32(0.1)) - np.float32(0.1)) != np.float32(0.8)
     assert np.array_equal(flow.accumulated_times(4), flow.euler_times(4))  # quarters add exactly
+
+
+def test_actions_leave_in_physical_units_with_the_per_step_statistics():
+    import pickle
+
+    from embodied_ros.bundle import open_bundle
+    from embodied_ros.models.hy_vla.runtime import load_runtime
+
+    runtime = load_runtime(open_bundle(DATA.parent.parent / "bundles" / "hy_vla_tiny.gguf"), "numpy")
+    with (TINY / "norm_stats.pkl").open("rb") as file:
+        stats = pickle.load(file)
+    with np.load(TINY / "cases.npz") as cases:
+        normalized = cases["case0_normalized_actions"]
+    chunk = normalized.shape[0]
+    physical = runtime.to_physical(normalized, None)
+    assert np.allclose(physical, normalized * stats["action_std"][:chunk] + stats["action_mean"][:chunk], atol=1e-5)
+    state = np.arange(runtime.config.state_dim, dtype=np.float32)
+    assert np.allclose(runtime.state_stats.normalize(state), (state - stats["qpos_mean"]) / stats["qpos_std"], atol=1e-5)
+
+
+def test_a_statistics_pickle_that_names_anything_but_arrays_is_refused(tmp_path):
+    import os
+    import pickle
+
+    class Forged:
+        def __reduce__(self):
+            return (os.getcwd, ())
+
+    source = tmp_path / "ckpt"
+    shutil.copytree(TINY, source)
+    (source / "norm_stats.pkl").write_bytes(pickle.dumps({"qpos_mean": Forged()}))
+    with pytest.raises(ValueError, match="only numpy arrays"):
+        convert.read_checkpoint(source)
+    (source / "norm_stats.pkl").write_bytes(pickle.dumps({"qpos_mean": np.zeros(3)}))
+    with pytest.raises(ValueError, match="not HY-VLA statistics"):
+        convert.read_checkpoint(source)

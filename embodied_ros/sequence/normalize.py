@@ -5,7 +5,8 @@
     MIN_MAX    n = 2 * (x - min) / (max - min) - 1       x = (n + 1) / 2 * (max - min) + min
 
 (a zero range of QUANTILES / MIN_MAX is replaced by eps). All in float32 in the reference's
-operation order, and without clipping. One protocol, `Normalizer` (`dim`, `normalize`,
+operation order, and without clipping. MEAN_STD statistics may also be a table [rows, dim], one row
+per step of an action chunk (HY-VLA's): rows [R, dim] of actions read the table's first R rows. One protocol, `Normalizer` (`dim`, `normalize`,
 `denormalize`); `normalizer_of(stats)` picks the mode from the statistics a bundle stores for one
 quantity ({"q01", "q99"}, {"mean", "std"} or {"min", "max"}).
 """
@@ -81,28 +82,46 @@ class QuantileStats:
 
 @dataclass(frozen=True)
 class MeanStdStats:
-    """LeRobot MEAN_STD mode: n = (x - mean) / (std + eps); x = n * std + mean (float32)."""
+    """LeRobot MEAN_STD mode: n = (x - mean) / (std + eps); x = n * std + mean (float32); the statistics
+    [dim], or a table [rows, dim] for the rows of an action chunk."""
 
-    mean: np.ndarray  # [dim] float32
-    std: np.ndarray  # [dim] float32
+    mean: np.ndarray  # [dim] or [rows, dim] float32
+    std: np.ndarray
     eps: float = DEFAULT_EPS
 
     def __post_init__(self) -> None:
-        mean, std = _pair(self.mean, self.std, ("mean", "std"))
+        tables = [np.asarray(values, dtype=np.float32) for values in (self.mean, self.std)]
+        if all(table.ndim == 2 for table in tables):
+            mean, std = tables
+            if mean.shape != std.shape or not (np.all(np.isfinite(mean)) and np.all(np.isfinite(std))):
+                raise ValueError(f"normalization tables must be finite and of one shape, got mean {mean.shape}, "
+                                 f"std {std.shape}")
+        else:
+            mean, std = _pair(self.mean, self.std, ("mean", "std"))
         object.__setattr__(self, "mean", mean)
         object.__setattr__(self, "std", std)
 
     @property
     def dim(self) -> int:
-        return self.mean.size
+        return self.mean.shape[-1]
+
+    def _rows(self, values: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        values = _check(values, self.dim, what)
+        if self.mean.ndim == 1:
+            return values, self.mean, self.std
+        rows = values.shape[0] if values.ndim == 2 else 0
+        if not 0 < rows <= self.mean.shape[0]:
+            raise ValueError(f"{what} of shape {values.shape}: per-row statistics need [rows <= "
+                             f"{self.mean.shape[0]}, {self.dim}]")
+        return values, self.mean[:rows], self.std[:rows]
 
     def normalize(self, values: np.ndarray) -> np.ndarray:
-        values = _check(values, self.dim, "state")
-        return (values - self.mean) / (self.std + np.float32(self.eps))
+        values, mean, std = self._rows(values, "state")
+        return (values - mean) / (std + np.float32(self.eps))
 
     def denormalize(self, values: np.ndarray) -> np.ndarray:
-        values = _check(values, self.dim, "action")
-        return values * self.std + self.mean
+        values, mean, std = self._rows(values, "action")
+        return values * std + mean
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Run in the reference environment of install.sh, never inside embodied_ros:
 
 OUT gets a model-level record: the checkpoint in the released layout at the top (config.json with the
 embedded VLM config, tokenizer.json and its companions, model.safetensors, as `HyVLA.save_pretrained`
-writes them, plus norm_stats.json), cases.json (tasks, settings, versions) and cases.npz.
+writes them, plus norm_stats.pkl), cases.json (tasks, settings, versions) and cases.npz.
 
 Each case calls `HyVLA.forward_evaluate(batch)` on a random-weight model built from the spec: camera
 images float in [0, 1] at their own size ([3, H, W], or [K, 3, H, W] with the memory encoder on), the
@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import json
 import os
+import pickle
 import sys
 import time
 import types
@@ -242,11 +243,13 @@ def run_case(policy, spec: dict, case: dict, generator: torch.Generator, taps: d
 
 
 def make_stats(spec: dict, rng: np.random.Generator) -> dict:
-    """norm_stats in the evaluation's keys (qpos for the state, act for the actions), as JSON lists."""
-    action_dim = 20
-    return {"qpos_mean": rng.normal(0, 0.5, spec["state_dim"]).tolist(),
-            "qpos_std": rng.uniform(0.5, 2.0, spec["state_dim"]).tolist(),
-            "act_mean": rng.normal(0, 0.5, action_dim).tolist(), "act_std": rng.uniform(0.5, 2.0, action_dim).tolist()}
+    """norm_stats.pkl as scripts/compute_norm_robotwin.py writes it: the state's mean / std, the actions'
+    per chunk step [chunk, 20] (relative), the absolute ones likewise, no first frame."""
+    chunk, action_dim = spec["policy"]["n_action_steps"], 20
+    return {"qpos_mean": rng.normal(0, 0.5, spec["state_dim"]), "qpos_std": rng.uniform(0.5, 2.0, spec["state_dim"]),
+            "action_mean": rng.normal(0, 0.5, (chunk, action_dim)), "action_std": rng.uniform(0.5, 2.0, (chunk, action_dim)),
+            "action_mean_abs": rng.normal(0, 0.5, (chunk, action_dim)),
+            "action_std_abs": rng.uniform(0.5, 2.0, (chunk, action_dim)), "first_frame": None}
 
 
 def main(argv=None):
@@ -274,7 +277,8 @@ def main(argv=None):
                       **({"reference_seconds": seconds} if seconds is not None else {})})
     arrays["case0_image_tokens"] = torch.stack(taps["image_tokens"]).float().numpy()
     stats = make_stats(spec, np.random.default_rng(spec["seeds"]["data"]))
-    common.write_json(out / "norm_stats.json", stats)
+    with open(out / "norm_stats.pkl", "wb") as file:
+        pickle.dump(stats, file)
     settings = {"set": spec["name"], "spec": spec, "precision": args.precision, "cases": notes, "special_tokens": SPECIAL,
                 "generated_by": common.generated_by("gen_records.py", "torch", "transformers", "timm",
                                                     threads=args.threads)}

@@ -2,8 +2,11 @@
 
 The layout `HyVLA.save_pretrained` writes: `config.json` (a HyVLAConfig, "type": "hy", with the VLM's
 config embedded as `vlm_config_dict`), `model.safetensors` (the policy's state dict; the LM's tied
-embedding saved as `lm_head.weight`), `tokenizer.json` beside them; the normalization statistics
-as `norm_stats.json` (qpos_mean / qpos_std for the state, act_mean / act_std for the actions).
+embedding saved as `lm_head.weight`), `tokenizer.json` beside them; the normalization statistics in
+`norm_stats.pkl` (the evaluation's: qpos_mean / qpos_std [state] for the state, action_mean / action_std
+[chunk, 20] one row per chunk step, and for checkpoints that emit relative then absolute halves
+action_mean_abs / action_std_abs, which become the table's second half). The pickle is read by an
+unpickler that builds numpy arrays and nothing else.
 
 Dimensions come from the configs and tensor shapes; the vision tower's head count from the embedded
 vision config (its code fixes 16; the config says so). The special tokens' ids come from tokenizer.json.
@@ -14,6 +17,7 @@ Settings a checkpoint does not carry: `--set state_names=[...]`, `action_period_
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +33,7 @@ from embodied_ros.models.hy_vla.config import DEFAULT_ACTION_PERIOD_S, SPECIAL_T
 from embodied_ros.models.kit import lerobot_save
 
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, STATS_FILE = "config.json", "model.safetensors", "tokenizer.json", \
-    "norm_stats.json"
+    "norm_stats.pkl"
 CAMERA_PREFIX = "observation.images."
 ACTION_DIM = 20  # HyVLAConfig.action_feature: a class constant of the reference, not in config.json
 DEFAULT_MEMORY_FRAMES = 6
@@ -145,16 +149,39 @@ def _count(weights: Mapping[str, Any], stack: str) -> int:
     return len({name.split(".")[2] for name in weights if name.startswith(f"{stack}.blk.")})
 
 
-def read_stats(source: Path) -> dict[str, dict[str, np.ndarray]]:
+class _ArraysOnly(pickle.Unpickler):
+    """Unpickles dicts, lists, numbers and numpy arrays; any other class a file names is refused."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"), ("numpy", "ndarray"),
+               ("numpy", "dtype")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise ValueError(f"{STATS_FILE} names {module}.{name}; only numpy arrays are read from it")
+        return super().find_class(module, name)
+
+
+def read_stats(source: Path, chunk_size: int) -> dict[str, dict[str, np.ndarray]]:
+    """The state's mean/std and the actions' per-row table [chunk_size, 20]; {} without the file."""
     path = Path(source) / STATS_FILE
     if not path.is_file():
         return {}
-    raw = json.loads(path.read_text())
     try:
-        return {"state": {"mean": np.asarray(raw["qpos_mean"], np.float32), "std": np.asarray(raw["qpos_std"], np.float32)},
-                "action": {"mean": np.asarray(raw["act_mean"], np.float32), "std": np.asarray(raw["act_std"], np.float32)}}
-    except KeyError as error:
-        raise ValueError(f"{path} lacks {error} (needs qpos_mean, qpos_std, act_mean, act_std)") from None
+        with path.open("rb") as file:
+            raw = _ArraysOnly(file).load()
+        state = {"mean": np.asarray(raw["qpos_mean"], np.float32), "std": np.asarray(raw["qpos_std"], np.float32)}
+        mean, std = (np.asarray(raw[key], np.float32).reshape(-1, ACTION_DIM) for key in ("action_mean", "action_std"))
+        if raw.get("action_mean_abs") is not None and mean.shape[0] * 2 == chunk_size:
+            mean = np.concatenate([mean, np.asarray(raw["action_mean_abs"], np.float32).reshape(-1, ACTION_DIM)])
+            std = np.concatenate([std, np.asarray(raw["action_std_abs"], np.float32).reshape(-1, ACTION_DIM)])
+    except (KeyError, TypeError, pickle.UnpicklingError, EOFError) as error:
+        raise ValueError(f"{path}: not HY-VLA statistics (needs qpos_mean, qpos_std, action_mean, action_std): "
+                         f"{error!r}") from None
+    if mean.shape[0] not in (1, chunk_size):
+        raise ValueError(f"{path}: action statistics have {mean.shape[0]} rows, the model's chunk has {chunk_size}")
+    return {"state": state, "action": {"mean": mean if mean.shape[0] > 1 else mean[0],
+                                       "std": std if std.shape[0] > 1 else std[0]}}
 
 
 def config_of(raw: Mapping[str, Any], weights: Mapping[str, Any], stats, ids: dict[str, int],
@@ -211,7 +238,7 @@ def read_checkpoint(source: Path, overrides: Mapping[str, Any] | None = None) ->
     if tokenizer is None:
         raise ValueError(f"{source}: no {TOKENIZER_FILE}; HY-VLA's prefix needs its special tokens' ids")
     weights = renamed(map_safetensors(source / WEIGHTS_FILE))
-    stats = read_stats(source)
+    stats = read_stats(source, int(raw.get("n_action_steps", 50)))
     try:
         config = config_of(raw, weights, stats, special_ids(tokenizer), overrides)
     except KeyError as error:
