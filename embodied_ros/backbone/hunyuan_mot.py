@@ -36,7 +36,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from embodied_ros.backbone.checks import positive, require
+from embodied_ros.backbone.checks import require
+from embodied_ros.backbone.llama import LlamaConfig
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
 from embodied_ros.kernels.attention_bf16 import attention_for, cached_attention_for
 from embodied_ros.kernels.rope import rope_tables
@@ -51,23 +52,15 @@ HEAD_NORM_NAMES = {"self_attn.query_layernorm": "q_norm", "self_attn.key_layerno
 
 
 @dataclass(frozen=True)
-class MoTConfig:
-    width: int
-    depth: int
-    mlp_dim: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    eps: float = 1e-5
-    rope_theta: float = 10000.0
+class MoTConfig(LlamaConfig):
+    """A Llama-shaped stack (one of its two weight sets per layer) with dynamic-alpha RoPE."""
+
     rope_alpha: float = 1.0
 
     def __post_init__(self) -> None:
-        positive("hunyuan_mot", width=self.width, depth=self.depth, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
-                 num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
-        require(self.num_heads % self.num_kv_heads == 0,
-                f"{self.num_heads} query heads cannot share {self.num_kv_heads} key/value heads")
-        require(self.head_dim % 2 == 0 and self.head_dim > 2, f"head_dim must be even and > 2, got {self.head_dim}")
+        super().__post_init__()
+        require(self.head_dim > 2 and self.rope_alpha > 0,
+                f"dynamic-alpha RoPE needs head_dim > 2 and alpha > 0, got {self.head_dim}, {self.rope_alpha}")
 
     @property
     def rope_base(self) -> float:

@@ -44,7 +44,22 @@ def map_safetensors(path: str | Path) -> dict[str, "np.ndarray | Widened"]:
     return tensors
 
 
-class Widened:
+class _Unread:
+    """A tensor known by its dtype and shape, made when `np.asarray` asks for it."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+class Widened(_Unread):
     """A BF16 tensor's bits [..] (uint16), float32 when `np.asarray` asks for it: bf16 is the top half
     of a float32, so the widening is exact."""
 
@@ -54,34 +69,21 @@ class Widened:
         self.bits = bits
         self.shape = bits.shape
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape))
+    def reshape(self, *shape) -> "Widened":
+        return Widened(self.bits.reshape(*shape))
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         wide = (self.bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
         return wide if dtype is None else wide.astype(dtype, copy=False)
 
 
-class Stacked:
+class Stacked(_Unread):
     """parts concatenated along axis 0, made when `np.asarray` asks for it."""
 
     def __init__(self, parts: list[np.ndarray]) -> None:
         self.parts = parts
-        self.dtype = np.result_type(*parts)
+        self.dtype = np.result_type(*(part.dtype for part in parts))
         self.shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape))
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         stacked = np.concatenate(self.parts)
@@ -96,4 +98,4 @@ def release(tensor) -> None:
             release_pages(part)
 
 
-LAZY = (Stacked, Widened)  # the tensor kinds the bundle writer keeps unread until it encodes them
+LAZY = _Unread  # what the bundle writer keeps unread until it encodes it

@@ -28,7 +28,7 @@ import numpy as np
 from embodied_ros.backbone import hunyuan_mot, hyvit
 from embodied_ros.backbone.hunyuan_mot import MoTConfig
 from embodied_ros.backbone.hyvit import HyViTConfig
-from embodied_ros.bundle.source import map_safetensors
+from embodied_ros.bundle.source import Stacked, map_safetensors
 from embodied_ros.models.hy_vla.config import DEFAULT_ACTION_PERIOD_S, SPECIAL_TOKENS, HyVLAConfig
 from embodied_ros.models.kit import lerobot_save
 
@@ -43,6 +43,7 @@ _POLICY = r"model\."
 _VISUAL = _POLICY + r"dual_tower\.vlm\.model\.visual\."
 _LM = _POLICY + r"dual_tower\.vlm\.model\.language_model\."
 _EXPERT = _POLICY + r"dual_tower\.expert\."
+_LM_HEAD = "model.dual_tower.vlm.model.language_model.lm_head.weight"
 _HEADS = {"state_proj": "state_in", "action_in_proj": "action_in", "action_time_mlp_in": "action_time_in",
           "action_time_mlp_out": "action_time_out", "action_out_proj": "action_out"}
 
@@ -60,7 +61,7 @@ def _rules() -> list[tuple[re.Pattern, str | None]]:
     rules = [(_VISUAL + r"vision_tower\.patch_embed\.proj\.(weight|bias)", r"vision.patch.\1"),
              (_VISUAL + r"vision_tower\.pos_embed", "vision.position"),
              (_LM + r"model\.embed_tokens\.weight", "lm.token_embd"),
-             (_LM + r"lm_head\.weight", "lm.token_embd"),  # the tied table, as save_pretrained keeps it
+             (re.escape(_LM_HEAD), None),  # the tied table when embed_tokens is absent (rename_lerobot)
              (_LM + r"model\.norm\.weight", None),
              (_EXPERT + r"lm_head\.weight", None),
              (_EXPERT + r"model\.norm\.weight", "expert.final_norm.weight")]
@@ -96,30 +97,20 @@ def runtime_name(name: str) -> str | None:
 
 
 def renamed(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """The checkpoint's tensors under runtime names; the patch conv flattened, q/k/v and gate/up stacked."""
-    out, unknown = {}, []
-    for name, tensor in state_dict.items():
-        try:
-            ours = runtime_name(name)
-        except ValueError:
-            unknown.append(name)
-            continue
-        if ours is not None:
-            out[ours] = tensor
-    if unknown:
-        raise ValueError(f"not HY-VLA parameters: {sorted(unknown)[:5]}{' ...' if len(unknown) > 5 else ''}")
+    """The checkpoint's tensors under runtime names, still unread; the patch conv flattened, q/k/v and
+    gate/up stacked when the bundle writer reads them."""
+    out = lerobot_save.rename_lerobot(state_dict, runtime_name, "HY-VLA", _LM_HEAD)
     if "lm.token_embd" not in out:
         raise ValueError("the checkpoint has no LM embedding table (embed_tokens or its tied lm_head)")
-    out["vision.patch.weight"] = np.asarray(out["vision.patch.weight"]).reshape(out["vision.patch.weight"].shape[0], -1)
-    out["vision.position"] = np.asarray(out["vision.position"]).reshape(-1, out["vision.position"].shape[-1])
+    out["vision.position"] = out["vision.position"].reshape(-1, out["vision.position"].shape[-1])
     for name in [n for n in out if n.endswith((".attn_q.weight", ".attn_q_v.weight"))]:
         stem, suffix = name.split(".attn_q")
         parts = [out.pop(f"{stem}.attn_{p}{suffix}") for p in "qkv"]
-        out[f"{stem}.attn_qkv{suffix}"] = np.concatenate([np.asarray(p) for p in parts])
+        out[f"{stem}.attn_qkv{suffix}"] = Stacked(parts)
     for name in [n for n in out if n.endswith((".ffn_gate.weight", ".ffn_gate_v.weight"))]:
         stem, suffix = name.split(".ffn_gate")
         parts = [out.pop(f"{stem}.ffn_{p}{suffix}") for p in ("gate", "up")]
-        out[f"{stem}.ffn_gate_up{suffix}"] = np.concatenate([np.asarray(p) for p in parts])
+        out[f"{stem}.ffn_gate_up{suffix}"] = Stacked(parts)
     return out
 
 

@@ -22,40 +22,24 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.backbone import hunyuan_mot, hyvit
+from embodied_ros.backbone.paligemma import TOKEN_EMBEDDING, prepare_weights, stack_layers, take_rows
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
 from embodied_ros.heads import action_time_expert as action_time
 from embodied_ros.heads import flow, rtc
-from embodied_ros.kernels import KernelSet, release_pages, reuse_freed_memory
+from embodied_ros.kernels import KernelSet, reuse_freed_memory
 from embodied_ros.kernels.attention import MASKED
 from embodied_ros.kernels.linear import pack_for_products
-from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.models.hy_vla.config import HyVLAConfig
 
-UNPACKED = ("lm.token_embd", "vision.position", "action_time_in.weight")  # lookups; split at load
+LINEAR = frozenset({"attn_qkv", "attn_qkv_v", "attn_out", "attn_out_v", "ffn_gate_up", "ffn_gate_up_v", "ffn_down",
+                    "ffn_down_v", "fc1", "fc2", "patch", "proj1", "proj2", "score1", "score2", "state_in", "action_in",
+                    "action_time_out", "action_out"})
 
 
-def prepare_weights(weights: Mapping[str, Any], pack: bool) -> dict[str, Any]:
-    """Matrices stay as stored (QuantTensor) or float32, packed once for the CPU product with `pack`;
-    vectors and lookup tables are float32."""
-    prepared = {}
-    for name, weight in weights.items():
-        matrix = np.ndim(weight) == 2 and name not in UNPACKED
-        if isinstance(weight, QuantTensor) and not (matrix or name == "lm.token_embd"):
-            weight = weight.dequantize()
-        elif not isinstance(weight, QuantTensor):
-            weight = np.ascontiguousarray(weight, dtype=np.float32)
-        if pack and matrix:
-            packed = pack_for_products(weight)
-            if packed is not weight:
-                release_pages(weight.data if isinstance(weight, QuantTensor) else weight)
-            weight = packed
-        prepared[name] = weight
-    return prepared
-
-
-def _layers(weights: Mapping[str, Any], stack: str, depth: int) -> list[dict[str, Any]]:
-    return [{name[len(f"{stack}.blk.{i}."):]: weight for name, weight in weights.items()
-             if name.startswith(f"{stack}.blk.{i}.")} for i in range(depth)]
+def is_linear_weight(name: str) -> bool:
+    """A matrix the products read (action_time_in is split at load, so it is not one)."""
+    parts = name.split(".")
+    return parts[-1] == "weight" and parts[-2] in LINEAR
 
 
 def prefix_layout(config: HyVLAConfig, cameras: int, empty_slots: int, prompt_tokens: int
@@ -107,10 +91,10 @@ class HyVLAModel:
         self.config = config
         self.ks = KernelSet(backend)
         reuse_freed_memory()
-        self.weights = prepare_weights(weights, pack=backend == "numba")
-        self.vision_layers = _layers(self.weights, "vision", config.vision.depth)
-        self.lm_layers = _layers(self.weights, "lm", config.lm.depth)
-        self.expert_layers = _layers(self.weights, "expert", config.expert.depth)
+        self.weights = prepare_weights(weights, is_linear_weight, pack=backend == "numba")
+        self.vision_layers = stack_layers(self.weights, "vision", config.vision.depth)
+        self.lm_layers = stack_layers(self.weights, "lm", config.lm.depth)
+        self.expert_layers = stack_layers(self.weights, "expert", config.expert.depth)
         action_part, time_part = action_time.split_action_time_in(self.weights["action_time_in.weight"],
                                                                   config.expert.width)
         self.action_part = pack_for_products(action_part) if backend == "numba" else action_part
@@ -145,8 +129,7 @@ class HyVLAModel:
         ids = np.asarray(ids, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
             raise ValueError(f"token ids must lie in 0..{self.config.vocab_size - 1}, got {ids.min()}..{ids.max()}")
-        table = self.weights["lm.token_embd"]
-        return table.take_rows(ids) if isinstance(table, QuantTensor) else np.asarray(table[ids], np.float32)
+        return take_rows(self.weights[TOKEN_EMBEDDING], ids)
 
     def prefix_rows(self, image_tokens: np.ndarray, empty_slots: int, tokens: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

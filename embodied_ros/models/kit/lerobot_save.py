@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from embodied_ros.bundle.source import LAZY
 from embodied_ros.models.kit.records import PIPELINE_CASES
 
 CONFIG_FILE = "config.json"
@@ -33,7 +34,7 @@ def rename_lerobot(state_dict: Mapping[str, Any], runtime_name: Callable[[str], 
                    lm_head: str) -> dict[str, np.ndarray]:
     """A LeRobot policy's `state_dict()` -> runtime names (`runtime_name` raises ValueError for a name the
     family lacks, gives None for one inference never reads). Dtypes are kept; a tied save's `lm_head`
-    gives `lm.token_embd`; the patch conv is flattened to a linear."""
+    gives `lm.token_embd`; the patch conv is flattened to a linear. BF16 tensors stay unread (`Widened`)."""
     unknown = []
     renamed: dict[str, np.ndarray] = {}
     for name in state_dict:
@@ -43,12 +44,14 @@ def rename_lerobot(state_dict: Mapping[str, Any], runtime_name: Callable[[str], 
             unknown.append(name)
             continue
         if ours is not None:
-            renamed[ours] = np.asarray(state_dict[name])
+            tensor = state_dict[name]
+            renamed[ours] = tensor if isinstance(tensor, LAZY) else np.asarray(tensor)
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise ValueError(f"checkpoint is not a LeRobot {family} policy: unexpected tensors {shown}")
+        raise ValueError(f"checkpoint is not a {family} policy: unexpected tensors {shown}")
     if "lm.token_embd" not in renamed and lm_head in state_dict:
-        renamed["lm.token_embd"] = np.asarray(state_dict[lm_head])
+        tensor = state_dict[lm_head]
+        renamed["lm.token_embd"] = tensor if isinstance(tensor, LAZY) else np.asarray(tensor)
     patch = renamed.get("vision.patch.weight")
     if patch is not None and patch.ndim == 4:
         renamed["vision.patch.weight"] = patch.reshape(patch.shape[0], -1)

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from embodied_ros.backbone import llama, smolvlm
+from embodied_ros.backbone.paligemma import stack_layers
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
 from embodied_ros.heads import flow, interleaved_expert, rtc
 from embodied_ros.heads.flow import time_embedding
@@ -51,11 +52,6 @@ def prepare_weights(weights: Mapping[str, Any], pack: bool = False) -> dict[str,
     return prepared
 
 
-def _layers(weights: Mapping[str, Any], stack: str, depth: int) -> list[dict[str, Any]]:
-    return [{name[len(f"{stack}.blk.{i}."):]: weight for name, weight in weights.items()
-             if name.startswith(f"{stack}.blk.{i}.")} for i in range(depth)]
-
-
 def prefix_attention_bias(valid: np.ndarray) -> np.ndarray:
     """[n] validity of a prefix whose last row is the state token -> [n, n] additive bias: query i
     reads key j iff both are valid and (j is not the state token or i is)."""
@@ -71,10 +67,10 @@ class SmolVLAModel:
         self.ks = KernelSet(backend)
         reuse_freed_memory()
         self.weights = prepare_weights(weights, pack=backend == "numba")
-        self.vision_layers = _layers(self.weights, "vision", config.vision.depth)
-        self.lm_layers = _layers(self.weights, "lm", config.lm.depth)
+        self.vision_layers = stack_layers(self.weights, "vision", config.vision.depth)
+        self.lm_layers = stack_layers(self.weights, "lm", config.lm.depth)
         self.expert_layers = [ExpertLayer(kind, vlm_layer, w) for (kind, vlm_layer), w in
-                              zip(config.layer_plan, _layers(self.weights, "expert", config.expert.depth))]
+                              zip(config.layer_plan, stack_layers(self.weights, "expert", config.expert.depth))]
         # the VLM layers the expert reads; layers after the last of them never affect the actions
         self.cache_layers = max(layer.vlm_layer for layer in self.expert_layers) + 1
         self.time_embeddings = tuple(time_embedding(t, config.expert.width, config.time_min_period,
