@@ -14,7 +14,8 @@ from embodied_ros.models.hy_vla.config import HyVLAConfig
 from embodied_ros.models.hy_vla.model import HyVLAModel, prefix_allowed, prefix_layout
 from embodied_ros.models.hy_vla.parity import model_case
 from embodied_ros.models.hy_vla.runtime import HyVLARuntime, HyVLATokenizer, prompt_text
-from embodied_ros.sequence.images import resize_with_pad
+from embodied_ros.models.hy_vla.parity import RECORDS
+from embodied_ros.sequence.images import model_image
 
 DATA = Path(__file__).parent / "data"
 TINY, MEMORY, BF16 = DATA / "hy_vla_tiny", DATA / "extra" / "hy_vla_memory", DATA / "extra" / "hy_vla_bf16"
@@ -57,13 +58,23 @@ def test_a_wrong_isolation_setting_misses_the_record():
 @pytest.mark.parametrize("folder", [TINY, MEMORY], ids=["tiny", "memory"])
 def test_camera_images_are_prepared_as_the_reference_prepares_them(folder):
     checkpoint, _, cases = model_and_cases(folder)
-    size = checkpoint.config.vision.image_size
+    size, cameras = checkpoint.config.vision.image_size, checkpoint.config.camera_names
     for k in range(len(json.loads((folder / "cases.json").read_text())["cases"])):
-        raw, prepared = cases[f"case{k}_raw_images"], cases[f"case{k}_images"]
+        raw = [cases[f"case{k}_{name}_uint8"] for name in cameras if f"case{k}_{name}_uint8" in cases]
         for index, image in enumerate(raw):  # present cameras come first
             frames = image if image.ndim == 4 else image[None]
-            ours = np.stack([resize_with_pad(frame, size) * np.float32(2) - np.float32(1) for frame in frames])
-            assert np.abs(ours - prepared[index].reshape(ours.shape)).max() < 1e-5
+            ours = np.stack([model_image(frame, size) for frame in frames])
+            assert np.abs(ours - cases[f"case{k}_images"][index].reshape(ours.shape)).max() < 1e-5
+
+
+@pytest.mark.parametrize("folder, tolerance", [(TINY, 1e-4), (MEMORY, 1e-4), (BF16, 5e-2)],
+                         ids=["tiny", "memory", "bf16"])
+def test_raw_inputs_through_the_runtime_give_the_wrappers_actions(folder, tolerance):
+    """uint8 cameras, the raw state and the task through the runtime's stages (memory frames one
+    observation at a time) -> the actions the evaluation's wrapper hands on."""
+    results = RECORDS.run_fixture_parity(folder, "f32", "numpy")
+    raw = [result for result in results if result.name.endswith(" raw")]
+    assert len(raw) == len(results) // 2 and all(r.max_abs_error < tolerance for r in raw), results
 
 
 @pytest.mark.parametrize("folder", [TINY, MEMORY], ids=["tiny", "memory"])

@@ -8,12 +8,14 @@ OUT gets a model-level record: the checkpoint in the released layout at the top 
 embedded VLM config, tokenizer.json and its companions, model.safetensors, as `HyVLA.save_pretrained`
 writes them, plus norm_stats.pkl), cases.json (tasks, settings, versions) and cases.npz.
 
-Each case calls `HyVLA.forward_evaluate(batch)` on a random-weight model built from the spec: camera
-images float in [0, 1] at their own size ([3, H, W], or [K, 3, H, W] with the memory encoder on), the
-normalized state, the task. The flow noise is the case's own (the model's `sample_noise` is replaced by
-one returning it). `HyVLAFlowMatching.sample_actions` is wrapped to record what it consumed: the
-prepared images ([-1, 1], resized with padding), image masks, token ids and mask, the padded state,
-the noise; and what it produced. The vision tower's output of case 0 is kept as a tap.
+Each case calls `HyVLA.forward_evaluate(batch)` on a random-weight model built from the spec, with the
+batch the evaluation's wrapper makes from raw inputs: uint8 camera images at their own size ([H, W, 3],
+or [K, H, W, 3] with the memory encoder on) / 255, the raw state normalized with norm_stats (qpos), the
+task. The flow noise is the case's own (the model's `sample_noise` is replaced by one returning it).
+`HyVLAFlowMatching.sample_actions` is wrapped to record what it consumed: the prepared images ([-1, 1],
+resized with padding), image masks, token ids and mask, the padded state, the noise; and what it
+produced, normalized and as the wrapper de-normalizes it (relative actions, before its robot-specific
+pose decoding). The raw inputs are kept too; the vision tower's output of case 0 is kept as a tap.
 
 What is changed around the code, and why:
 - The vision tower's dimensions are constants in its code (HYViT2: 1152 wide, 27 layers, positions for
@@ -48,6 +50,7 @@ import torch  # noqa: E402
 
 import common  # noqa: E402
 
+CAMERA_PREFIX = "observation.images."
 CAMERAS = ["observation.images.top_head", "observation.images.hand_left", "observation.images.hand_right"]
 SPECIAL = {"bos": "<｜hy_begin▁of▁sentence｜>", "user": "<｜hy_User｜>", "assistant": "<｜hy_Assistant｜>",
            "vision_start": "<｜hy_place▁holder▁no▁666｜>", "vision_end": "<｜hy_place▁holder▁no▁667｜>",
@@ -179,26 +182,33 @@ def build_policy(modeling, spec: dict, out: Path):
 
 # ---- cases ---------------------------------------------------------------------------------------------
 
-def case_batch(spec: dict, case: dict, generator: torch.Generator) -> dict:
+def case_batch(spec: dict, case: dict, generator: torch.Generator, stats: dict) -> tuple[dict, dict]:
+    """(the batch `forward_evaluate` gets, the raw inputs it came from): uint8 camera images [(K,) H, W, 3]
+    made float as the evaluation's wrapper does (/ 255, channels first), a raw state [state_dim]
+    normalized with the statistics (qpos), the task."""
     frames = spec["frames"] if spec["policy"]["use_video_encoder"] else None
     height, width = case["image_hw"]
-    batch = {}
+    batch, raw = {}, {}
     for name in spec["cameras"]:
-        shape = (1, frames, 3, height, width) if frames else (1, 3, height, width)
-        image = torch.rand(shape, generator=generator)
+        shape = (frames, height, width, 3) if frames else (height, width, 3)
+        pixels = torch.randint(0, 256, shape, generator=generator, dtype=torch.uint8)
         if name not in case.get("missing", []):
-            batch[name] = image
-    state = torch.randn((1, spec["state_dim"]), generator=generator) * case.get("state_scale", 1.0)
-    batch["observation.state"] = state
+            raw[f"{name[len(CAMERA_PREFIX):]}_uint8"] = pixels
+            batch[name] = (pixels.movedim(-1, -3).float() / 255.0)[None]
+    state = torch.randn(spec["state_dim"], generator=generator) * case.get("state_scale", 1.0)
+    raw["state_raw"] = state
+    mean, std = (torch.from_numpy(np.asarray(stats[key], np.float32)) for key in ("qpos_mean", "qpos_std"))
+    batch["observation.state"] = ((state - mean) / std)[None]
     batch["task"] = [case["task"]]
-    return batch
+    return batch, raw
 
 
-def run_case(policy, spec: dict, case: dict, generator: torch.Generator, taps: dict | None, repeats: int = 0):
+def run_case(policy, spec: dict, case: dict, generator: torch.Generator, stats: dict, taps: dict | None,
+             repeats: int = 0):
     """(arrays of one case, its present cameras, the median seconds of `repeats` more calls or None)."""
     inner = policy.model
     drawn = torch.randn((1, spec["policy"]["n_action_steps"], spec["policy"]["max_action_dim"]), generator=generator)
-    batch = case_batch(spec, case, generator)
+    batch, raw = case_batch(spec, case, generator, stats)
     dtype = next(policy.parameters()).dtype  # the evaluation hands the policy its own dtype
     batch = {k: v.to(dtype) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     seen = {}
@@ -233,8 +243,10 @@ def run_case(policy, spec: dict, case: dict, generator: torch.Generator, taps: d
     del inner.sample_actions, inner.sample_noise
     inner.dual_tower.__dict__.pop("embed_image", None)
     present = [name for name in spec["cameras"] if name in batch]
-    arrays = {"raw_images": torch.stack([batch[name][0] for name in present]),
-              "images": torch.stack([image[0] for image in seen["images"]]),
+    chunk = pred.shape[0]
+    physical = pred.float() * torch.from_numpy(np.asarray(stats["action_std"], np.float32)[:chunk]) \
+        + torch.from_numpy(np.asarray(stats["action_mean"], np.float32)[:chunk])  # the wrapper's relative actions
+    arrays = {**raw, "actions": physical, "images": torch.stack([image[0] for image in seen["images"]]),
               "image_masks": seen["image_masks"], "tokens": seen["tokens"].to(torch.int32),
               "token_mask": seen["token_mask"], "state": seen["state"], "noise": seen["noise"],
               "normalized_actions": pred}
@@ -269,14 +281,15 @@ def main(argv=None):
         policy = policy.to(torch.bfloat16)
     policy.save_pretrained(str(out))
     generator = common.rng(spec["seeds"]["data"])
+    stats = make_stats(spec, np.random.default_rng(spec["seeds"]["data"]))
     arrays, notes, taps = {}, [], {}
     for k, case in enumerate(spec["cases"]):
-        case_arrays, present, seconds = run_case(policy, spec, case, generator, taps if k == 0 else None, args.time)
+        case_arrays, present, seconds = run_case(policy, spec, case, generator, stats, taps if k == 0 else None,
+                                                 args.time)
         arrays.update({f"case{k}_{name}": value for name, value in case_arrays.items()})
         notes.append({"task": case["task"], "cameras": present, "image_hw": case["image_hw"],
                       **({"reference_seconds": seconds} if seconds is not None else {})})
     arrays["case0_image_tokens"] = torch.stack(taps["image_tokens"]).float().numpy()
-    stats = make_stats(spec, np.random.default_rng(spec["seeds"]["data"]))
     with open(out / "norm_stats.pkl", "wb") as file:
         pickle.dump(stats, file)
     settings = {"set": spec["name"], "spec": spec, "precision": args.precision, "cases": notes, "special_tokens": SPECIAL,

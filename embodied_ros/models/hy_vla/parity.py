@@ -5,8 +5,11 @@ released layout at the top of its folder, cases.json (tasks, settings, versions)
 case k, what `sample_actions` consumed: `case{k}_images` [slots, (K,) 3, S, S] in [-1, 1] (present cameras
 first, then padding slots), `case{k}_image_masks` [slots], `case{k}_tokens` / `case{k}_token_mask` [L],
 `case{k}_state` [max_state_dim] (normalized, padded), `case{k}_noise` [C, max_action_dim]; what it produced,
-`case{k}_normalized_actions` [C, 20]; and the raw camera images it was given, `case{k}_raw_images`
-[present cameras, (K,) 3, H, W] in [0, 1]. A record's `precision` (cases.json) is the reference's:
+`case{k}_normalized_actions` [C, 20]; and the raw inputs the evaluation's wrapper made them from,
+`case{k}_{camera}_uint8` [(K,) H, W, 3] (absent = camera missing) and `case{k}_state_raw`, with the
+actions it hands on, `case{k}_actions` [C, 20] (de-normalized, relative). A case is run twice: from its
+model-space inputs through the model, and from its raw inputs through the runtime's stages (memory frames
+fed one observation at a time, the current one last). A record's `precision` (cases.json) is the reference's:
 "float32" (its casts to bf16 ran as float32: the model's math in float32; the tolerance is the f32 one,
 1e-4, or the weakest stored type's) or "bfloat16" (the code's own casts and a bf16 policy, as its
 evaluation runs it; the tolerance is bf16's, 5e-2, whatever is stored: measured 0.015 in f32 and
@@ -21,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from embodied_ros.models.kit.records import CASES_FILE, TOLERANCES, CaseResult, converted_bundle, tolerance_for
+from embodied_ros.pipeline.stages import infer
+from embodied_ros.pipeline.types import Observation
 
 NOTES_FILE = "cases.json"
 INPUTS = ("images", "image_masks", "tokens", "token_mask", "state", "noise")
@@ -38,6 +43,19 @@ def record_tolerance(folder: Path, tolerance: float) -> float:
     """`tolerance` (the stored types') or, for a record the reference made in bf16, bf16's if larger."""
     precision = json.loads((Path(folder) / NOTES_FILE).read_text()).get("precision", "float32")
     return max(tolerance, TOLERANCES["bf16"]) if precision == "bfloat16" else tolerance
+
+
+def raw_case(runtime, inputs, key: str, task: str) -> np.ndarray:
+    """Physical actions [C, 20] of one case from its raw inputs, through every stage of `runtime`."""
+    frames = {name: np.asarray(inputs[f"{key}_{name}_uint8"]) for name in runtime.spec.camera_names
+              if f"{key}_{name}_uint8" in inputs}
+    state = np.asarray(inputs[f"{key}_state_raw"])
+    memory = runtime.config.memory_frames > 1
+    runtime.reset_memory()
+    for index in range(runtime.config.memory_frames - 1 if memory else 0):
+        runtime.encode(Observation(index, {name: stack[index] for name, stack in frames.items()}, state, task))
+    current = {name: stack[-1] if memory else stack for name, stack in frames.items()}
+    return infer(runtime, Observation(len(frames), current, state, task), np.asarray(inputs[f"{key}_noise"])).actions
 
 
 def model_case(model, inputs, key: str) -> np.ndarray:
@@ -80,6 +98,8 @@ class HyVLARecords:
                     same = np.array_equal(tokens[mask], cases[f"{key}_tokens"][cases[f"{key}_token_mask"]])
                     results.append(CaseResult(key, error if same else float("inf"), tolerance,
                                               "" if same else "token ids differ"))
+                    raw_error = float(np.abs(raw_case(runtime, cases, key, case["task"]) - cases[f"{key}_actions"]).max())
+                    results.append(CaseResult(f"{key} raw", raw_error, tolerance))
             return results
 
     # ---- a bundle's reference record ---------------------------------------------------------------
