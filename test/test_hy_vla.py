@@ -183,3 +183,21 @@ def test_a_statistics_pickle_that_names_anything_but_arrays_is_refused(tmp_path)
     (source / "norm_stats.pkl").write_bytes(pickle.dumps({"qpos_mean": np.zeros(3)}))
     with pytest.raises(ValueError, match="not HY-VLA statistics"):
         convert.read_checkpoint(source)
+
+
+def test_memory_starts_again_with_a_new_task_or_an_older_observation():
+    from embodied_ros.pipeline.types import Observation
+
+    checkpoint = convert.read_checkpoint(MEMORY)
+    runtime = HyVLARuntime.from_parts(checkpoint.config, checkpoint.weights, checkpoint.tokenizer, checkpoint.stats,
+                                      "numpy")
+    image = np.zeros((32, 32, 3), np.uint8)
+    state = np.zeros(checkpoint.config.state_dim, np.float32)
+
+    def encode(stamp: int, task: str) -> int:
+        runtime.encode(Observation(stamp, {name: image for name in checkpoint.config.camera_names}, state, task))
+        return len(runtime.memory)
+
+    assert [encode(1, "fold"), encode(2, "fold"), encode(3, "fold")] == [1, 2, 3]
+    assert encode(4, "stack") == 1  # a new task
+    assert encode(5, "stack") == 2 and encode(2, "stack") == 1  # a replay from its start

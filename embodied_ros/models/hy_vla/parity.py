@@ -52,10 +52,11 @@ def raw_case(runtime, inputs, key: str, task: str) -> np.ndarray:
     state = np.asarray(inputs[f"{key}_state_raw"])
     memory = runtime.config.memory_frames > 1
     runtime.reset_memory()
-    for index in range(runtime.config.memory_frames - 1 if memory else 0):
+    history = runtime.config.memory_frames - 1 if memory else 0
+    for index in range(history):
         runtime.encode(Observation(index, {name: stack[index] for name, stack in frames.items()}, state, task))
     current = {name: stack[-1] if memory else stack for name, stack in frames.items()}
-    return infer(runtime, Observation(len(frames), current, state, task), np.asarray(inputs[f"{key}_noise"])).actions
+    return infer(runtime, Observation(history, current, state, task), np.asarray(inputs[f"{key}_noise"])).actions
 
 
 def model_case(model, inputs, key: str) -> np.ndarray:

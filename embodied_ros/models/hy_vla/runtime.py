@@ -6,7 +6,8 @@ tokens; the normalized state read by the expert as a token (appended to the pref
 With memory frames (a checkpoint with the space-time tower, `memory_frames` K > 1) the perception stage
 keeps each camera's recent model images: the frames it encoded, `memory_interval` encodes apart, the
 current one last; slots before the first encode are black (-1), as the reference's evaluation zeroes
-them at an episode's start. `reset_memory()` starts a new episode.
+them at an episode's start. A new episode starts (the memory is emptied) when the task changes or an
+observation is older than the last one encoded (a replay started again), or on `reset_memory()`.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ class HyVLARuntime(FlowVLARuntime):
         super().__init__(model, tokenizer, state_stats, action_stats)
         cfg = self.config
         self.memory = deque(maxlen=(cfg.memory_frames - 1) * cfg.memory_interval + 1)
+        self.memory_episode: tuple[str, int] | None = None  # (task, stamp) of the last frame remembered
 
     def prompt(self, observation: Observation) -> str:
         return prompt_text(observation.instruction)
 
     def reset_memory(self) -> None:
         self.memory.clear()
+        self.memory_episode = None
 
     def frames(self, images: np.ndarray) -> np.ndarray:
         """The current camera batch [N, 3, S, S] -> [N, K, 3, S, S] with the remembered frames before it."""
@@ -71,6 +74,10 @@ class HyVLARuntime(FlowVLARuntime):
             return super().encode(observation)
         images, present = camera_batch(observation, self.config.camera_names, self.config.vision.image_size,
                                        self.architecture, self.model_image)
+        if self.memory_episode is not None and (observation.instruction != self.memory_episode[0]
+                                                or observation.stamp_ns < self.memory_episode[1]):
+            self.reset_memory()
+        self.memory_episode = (observation.instruction, observation.stamp_ns)
         tokens = self.model.image_tokens(self.frames(images), present)
         return StageResult("perception", observation.stamp_ns, {"image_tokens": tokens, "camera_mask": present})
 
