@@ -120,8 +120,8 @@ def _frame_mixed_values(cfg: HyViTConfig, q: np.ndarray, k: np.ndarray, v: np.nd
     return np.einsum("nthkj,njthd->nkthd", weights, v).astype(np.float32)
 
 
-def block(ks, cfg: HyViTConfig, w: Mapping[str, Any], x: np.ndarray, frames: int, time: np.ndarray | None,
-          ) -> np.ndarray:
+def block(ks, cfg: HyViTConfig, w: Mapping[str, Any], x: np.ndarray, frames: int,
+          time: np.ndarray | None) -> np.ndarray:
     """One block over x [S, T, W] (S = cameras x frames, frame-major per camera)."""
     sequences, tokens, width = x.shape
     flat = x.reshape(-1, width)

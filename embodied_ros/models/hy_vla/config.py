@@ -58,18 +58,17 @@ class HyVLAConfig(configs.ActionChunkConfig):
         missing = sorted(set(SPECIAL_TOKENS) - set(self.special_ids))
         require(not missing, f"hy_vla needs the ids of its special tokens {missing}")
         require(all(0 <= v < self.vocab_size for v in self.special_ids.values()),
-                        f"special token ids {self.special_ids} outside the vocabulary of {self.vocab_size}")
+                f"special token ids {self.special_ids} outside the vocabulary of {self.vocab_size}")
         lm, expert = self.lm, self.expert
         require((expert.depth, expert.num_heads, expert.num_kv_heads, expert.head_dim)
-                        == (lm.depth, lm.num_heads, lm.num_kv_heads, lm.head_dim),
-                        "the expert has the LM's depth, heads and head_dim (it reads the LM's cache)")
-        require(self.vision.out_width == lm.width, f"the merger writes {self.vision.out_width} wide tokens, "
-                                                           f"the LM is {lm.width} wide")
+                == (lm.depth, lm.num_heads, lm.num_kv_heads, lm.head_dim),
+                "the expert has the LM's depth, heads and head_dim (it reads the LM's cache)")
+        require(self.vision.out_width == lm.width,
+                f"the merger writes {self.vision.out_width} wide tokens, the LM is {lm.width} wide")
         require(self.memory_frames >= 1 and self.memory_interval >= 1,
-                        f"memory_frames and memory_interval must be >= 1, got {self.memory_frames}, "
-                        f"{self.memory_interval}")
+                f"memory_frames and memory_interval must be >= 1, got {self.memory_frames}, {self.memory_interval}")
         require(self.memory_frames == 1 or self.vision.spacetime_stride > 0,
-                        f"{self.memory_frames} memory frames need a tower with space-time blocks")
+                f"{self.memory_frames} memory frames need a tower with space-time blocks")
 
     @property
     def embed_scale(self) -> float:

@@ -25,14 +25,9 @@ from embodied_ros.pipeline.types import Observation, StageResult
 
 
 class HyVLATokenizer(SmolVLATokenizer):
-    """The prompt's ids without the tokenizer's own special tokens (the reference passes
-    add_special_tokens=False), truncated and right-padded to max_length."""
+    """SmolVLA's, without the tokenizer's own special tokens (the reference passes add_special_tokens=False)."""
 
-    def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids[: self.max_length]
-        tokens = np.full(self.max_length, self.pad_id, dtype=np.int64)
-        tokens[: len(ids)] = ids
-        return tokens, np.arange(self.max_length) < len(ids)
+    add_special_tokens = False
 
 
 def prompt_text(task: str) -> str:

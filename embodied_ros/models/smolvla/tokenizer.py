@@ -14,6 +14,7 @@ from embodied_ros.sequence.tokenizer import tokenizer_from_json
 
 
 class SmolVLATokenizer:
+    add_special_tokens = True  # the tokenizer's own (its post-processor's) around the text
     def __init__(self, tokenizer_json: bytes, max_length: int) -> None:
         if max_length < 1:
             raise ValueError(f"tokenizer max_length must be positive, got {max_length}")
@@ -30,7 +31,7 @@ class SmolVLATokenizer:
 
     def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """text -> (ids [max_length] int64, mask [max_length] bool)."""
-        ids = self.tokenizer.encode(text).ids[: self.max_length]
+        ids = self.tokenizer.encode(text, add_special_tokens=self.add_special_tokens).ids[: self.max_length]
         tokens = np.full(self.max_length, self.pad_id, dtype=np.int64)
         tokens[: len(ids)] = ids
         mask = np.zeros(self.max_length, dtype=bool)
