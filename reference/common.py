@@ -135,9 +135,17 @@ def wan_rule(name: str, p: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return 0.1 * r if p.ndim == 1 else r * p.shape[-1] ** -0.5
 
 
-def state_dict_of(module: torch.nn.Module, drop: Iterable[str] = ()) -> dict[str, torch.Tensor]:
+def state_dict_of(module: torch.nn.Module, drop: Iterable[str] = (), copy: bool = True) -> dict[str, torch.Tensor]:
+    """The module's tensors, copied; without `copy` the module's own (a full-size model cannot hold two
+    copies: check them with `fingerprint` before they are written)."""
     dropped = set(drop)
-    return {k: v.detach().clone().contiguous() for k, v in module.state_dict().items() if k not in dropped}
+    return {k: (v.detach().clone() if copy else v.detach()).contiguous() for k, v in module.state_dict().items()
+            if k not in dropped}
+
+
+def fingerprint(tensors: Mapping[str, torch.Tensor]) -> list[float]:
+    """A float64 sum per tensor: equal before and after the runs when nothing changed the weights in place."""
+    return [float(t.double().sum()) for _, t in sorted(tensors.items())]
 
 
 def count(tensors: Mapping[str, torch.Tensor]) -> int:

@@ -56,7 +56,8 @@ def main() -> None:
     joint = model.paligemma_with_expert
     rule = tiny.PI05_RULE_HALF if half else common.last_dim_rule
     common.redraw(policy, spec["seeds"]["weights"], rule)
-    weights = common.state_dict_of(policy)
+    weights = common.state_dict_of(policy, copy=False)  # full size: 13 GB a copy, the machine has 24
+    weights_before = common.fingerprint(weights)
     cameras = tiny.camera_names(spec["n_cameras"])
     data = common.rng(spec["seeds"]["data"])
     observations = [tiny.draw_pi_case(data, spec, case, cameras, state=False) for case in spec["cases"]]
@@ -154,6 +155,7 @@ def main() -> None:
     if latency:
         config["reference_latency_ms"] = latency["median_ms"]
         config["reference_latency"] = latency
+    assert common.fingerprint(weights) == weights_before, "the runs changed the weights in place"
     common.write_record(out, weights=stored, config=config, arrays=arrays)
     print(f"wrote {out}: {config['n_params_state_dict']} parameters, max |a| {config['max_abs_actions']:.4f}")
 
