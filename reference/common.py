@@ -144,8 +144,10 @@ def state_dict_of(module: torch.nn.Module, drop: Iterable[str] = (), copy: bool 
 
 
 def fingerprint(tensors: Mapping[str, torch.Tensor]) -> list[float]:
-    """A float64 sum per tensor: equal before and after the runs when nothing changed the weights in place."""
-    return [float(t.double().sum()) for _, t in sorted(tensors.items())]
+    """A float64 sum per tensor (in 4M-element pieces, no full-size copy): equal before and after the
+    runs when nothing changed the weights in place."""
+    return [sum(float(piece.double().sum()) for piece in t.detach().reshape(-1).split(1 << 22))
+            for _, t in sorted(tensors.items())]
 
 
 def count(tensors: Mapping[str, torch.Tensor]) -> int:
@@ -195,14 +197,16 @@ _SAFETENSORS_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16
                        torch.uint8: "U8", torch.bool: "BOOL"}
 
 
-def save_safetensors(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
-    """The safetensors format, written one tensor at a time. safetensors' own save_file turns every
-    tensor into bytes first, which doubles the peak of a full-size model (pi0.5: 14 GB of weights)."""
+def save_safetensors(tensors: Mapping[str, torch.Tensor], path: Path, dtype: torch.dtype | None = None) -> None:
+    """The safetensors format, written one tensor at a time, each cast to `dtype` (if given) only as it is
+    written. safetensors' own save_file turns every tensor into bytes first, and a cast copy of every
+    tensor first, either doubles the peak of a full-size model (pi0.5: 14 GB of weights)."""
     items = sorted(tensors.items())
     header, offset = {}, 0
     for name, tensor in items:
-        size = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": _SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
+        stored = dtype or tensor.dtype
+        size = tensor.numel() * torch.empty((), dtype=stored).element_size()
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[stored], "shape": list(tensor.shape),
                         "data_offsets": [offset, offset + size]}
         offset += size
     encoded = json.dumps(header, separators=(",", ":")).encode()
@@ -211,19 +215,21 @@ def save_safetensors(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
         file.write(struct.pack("<Q", len(encoded)))
         file.write(encoded)
         for _, tensor in items:
-            data = tensor.detach().contiguous().reshape(-1)
+            data = tensor.detach().to(dtype or tensor.dtype).contiguous().reshape(-1)
             file.write(memoryview(data.view(torch.uint8).numpy()))
 
 
 def write_record(out: Path, *, weights: Mapping[str, torch.Tensor] | None = None,
-                 weights_file: str = "model.safetensors", config: Mapping | None = None,
+                 weights_dtype: torch.dtype | None = None, weights_file: str = "model.safetensors",
+                 config: Mapping | None = None,
                  config_file: str = "config.json", arrays: Mapping[str, np.ndarray] | None = None,
                  compressed: bool = False) -> None:
-    """Writes what is given of: the weights (safetensors), the config (JSON), the cases (npz)."""
+    """Writes what is given of: the weights (safetensors, each cast to `weights_dtype` as it is written), the
+    config (JSON), the cases (npz)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if weights is not None:
-        save_safetensors(weights, out / weights_file)
+        save_safetensors(weights, out / weights_file, weights_dtype)
     if arrays is not None:
         assert all(np.asarray(a).dtype != np.float64 for a in arrays.values()), "float64 array in a record"
         (np.savez_compressed if compressed else np.savez)(out / "cases.npz", **arrays)

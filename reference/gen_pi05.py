@@ -119,7 +119,7 @@ def main() -> None:
 
     omitted = {k: list(v.shape) for k, v in weights.items()
                if spec["omit_unused_lm_heads"] and k.endswith("lm_head.weight")}
-    stored = {k: (v.half() if half else v) for k, v in weights.items() if k not in omitted}
+    stored = {k: v for k, v in weights.items() if k not in omitted}  # float16 when written, one at a time
     arrays = tiny.pi_record_arrays(observations, actions, embeddings, taps, spec["lm"]["depth"], state=False)
 
     text, expert = joint.paligemma.config.text_config, joint.gemma_expert.config
@@ -156,7 +156,8 @@ def main() -> None:
         config["reference_latency_ms"] = latency["median_ms"]
         config["reference_latency"] = latency
     assert common.fingerprint(weights) == weights_before, "the runs changed the weights in place"
-    common.write_record(out, weights=stored, config=config, arrays=arrays)
+    common.write_record(out, weights=stored, weights_dtype=torch.float16 if half else None, config=config,
+                        arrays=arrays)
     print(f"wrote {out}: {config['n_params_state_dict']} parameters, max |a| {config['max_abs_actions']:.4f}")
 
 
