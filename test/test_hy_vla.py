@@ -201,3 +201,10 @@ def test_memory_starts_again_with_a_new_task_or_an_older_observation():
     assert [encode(1, "fold"), encode(2, "fold"), encode(3, "fold")] == [1, 2, 3]
     assert encode(4, "stack") == 1  # a new task
     assert encode(5, "stack") == 2 and encode(2, "stack") == 1  # a replay from its start
+
+
+def test_quantized_bundles_stay_within_their_types_tolerance():
+    for quant in ("bf16", "q8_0"):
+        results = RECORDS.run_fixture_parity(TINY, quant, "numba")
+        assert all(result.passed for result in results), (quant, results)
+        assert max(result.max_abs_error for result in results) > 1e-4  # the storage really changed the weights

@@ -9,7 +9,8 @@ first, then padding slots), `case{k}_image_masks` [slots], `case{k}_tokens` / `c
 `case{k}_{camera}_uint8` [(K,) H, W, 3] (absent = camera missing) and `case{k}_state_raw`, with the
 actions it hands on, `case{k}_actions` [C, 20] (de-normalized, relative). A case is run twice: from its
 model-space inputs through the model, and from its raw inputs through the runtime's stages (memory frames
-fed one observation at a time, the current one last). A record's `precision` (cases.json) is the reference's:
+fed one observation at a time, the current one last); the raw case's actions are compared in model space
+(divided by the statistics' std), where the tolerances are set. A record's `precision` (cases.json) is the reference's:
 "float32" (its casts to bf16 ran as float32: the model's math in float32; the tolerance is the f32 one,
 1e-4, or the weakest stored type's) or "bfloat16" (the code's own casts and a bf16 policy, as its
 evaluation runs it; the tolerance is bf16's, 5e-2, whatever is stored: measured 0.015 in f32 and
@@ -99,8 +100,9 @@ class HyVLARecords:
                     same = np.array_equal(tokens[mask], cases[f"{key}_tokens"][cases[f"{key}_token_mask"]])
                     results.append(CaseResult(key, error if same else float("inf"), tolerance,
                                               "" if same else "token ids differ"))
-                    raw_error = float(np.abs(raw_case(runtime, cases, key, case["task"]) - cases[f"{key}_actions"]).max())
-                    results.append(CaseResult(f"{key} raw", raw_error, tolerance))
+                    ours, theirs = (runtime.action_stats.normalize(actions) for actions in
+                                    (raw_case(runtime, cases, key, case["task"]), cases[f"{key}_actions"]))
+                    results.append(CaseResult(f"{key} raw", float(np.abs(ours - theirs).max()), tolerance))
             return results
 
     # ---- a bundle's reference record ---------------------------------------------------------------
