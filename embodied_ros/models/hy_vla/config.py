@@ -10,7 +10,7 @@ the expert 1024 wide (mlp 2048) with the LM's depth and heads; 10 Euler steps; a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import ClassVar, Mapping
 
 from embodied_ros.backbone.checks import require
 from embodied_ros.backbone.hunyuan_mot import MoTConfig
@@ -28,6 +28,9 @@ SPECIAL_TOKENS = {"bos": "<｜hy_begin▁of▁sentence｜>", "user": "<｜hy_Use
 
 @dataclass(frozen=True)
 class HyVLAConfig(configs.ActionChunkConfig):
+    FAMILY: ClassVar[str] = ARCHITECTURE
+    NESTED: ClassVar[Mapping[str, type]] = {"vision": HyViTConfig, "lm": MoTConfig, "expert": MoTConfig}
+
     vision: HyViTConfig
     lm: MoTConfig
     expert: MoTConfig
@@ -73,19 +76,3 @@ class HyVLAConfig(configs.ActionChunkConfig):
     @property
     def embed_scale(self) -> float:
         return 1.0  # HY's embeddings are not scaled
-
-    def to_dict(self) -> dict[str, Any]:
-        return configs.plain_config(self, ("camera_names", "state_names", "action_names"))
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "HyVLAConfig":
-        return configs.config_from_plain(cls, values, ARCHITECTURE,
-                                         {"vision": HyViTConfig, "lm": MoTConfig, "expert": MoTConfig})
-
-    def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        return configs.split_bundle_sections(self.to_dict())
-
-    @classmethod
-    def from_bundle_sections(cls, model: Mapping[str, Any], solver: Mapping[str, Any],
-                             robot: Mapping[str, Any]) -> "HyVLAConfig":
-        return cls.from_dict(configs.join_bundle_sections(ARCHITECTURE, model, solver, robot, DEFAULT_NOISE_SEED))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, fields
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from embodied_ros.backbone.checks import positive, require
 from embodied_ros.pipeline.stages import ModelSpec
@@ -15,10 +15,32 @@ ROBOT_KEYS = ("state_names", "action_names", "action_period_s")  # a config's ro
 
 
 class ActionChunkConfig:
-    """What a VLA's config dataclass derives from its fields: state and action sizes,
-    the LM's embedding scale, and the checks every such config makes."""
+    """What a VLA's config dataclass derives from its fields: state and action sizes, the LM's embedding
+    scale, the checks every such config makes, and the config as plain values and as a bundle's sections
+    (an Euler solver's settings) and back. A family's config names its `FAMILY` and its `NESTED` configs
+    ({field: class}); `TUPLE_FIELDS` are stored as lists."""
 
     relative_action_mask: tuple[bool, ...] = ()  # absolute actions, unless the family's config has the field
+    FAMILY: ClassVar[str]
+    NESTED: ClassVar[Mapping[str, type]]
+    TUPLE_FIELDS: ClassVar[tuple[str, ...]] = ("camera_names", "state_names", "action_names")
+    DEFAULT_NOISE_SEED: ClassVar[int] = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested values (JSON-safe) that `from_dict` reads back."""
+        return plain_config(self, self.TUPLE_FIELDS)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]):
+        return config_from_plain(cls, values, cls.FAMILY, cls.NESTED)
+
+    def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(model config, solver settings, robot metadata) as a bundle stores them."""
+        return split_bundle_sections(self.to_dict())
+
+    @classmethod
+    def from_bundle_sections(cls, model: Mapping[str, Any], solver: Mapping[str, Any], robot: Mapping[str, Any]):
+        return cls.from_dict(join_bundle_sections(cls.FAMILY, model, solver, robot, cls.DEFAULT_NOISE_SEED))
 
     @property
     def action_dim(self) -> int:

@@ -6,6 +6,7 @@ shapes), with pi0's tokenizer length. Full size is pi0.5's: SigLIP so400m + Gemm
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from embodied_ros.models.pi05.config import Pi05Config
 
@@ -14,4 +15,5 @@ ARCHITECTURE = "pi0"
 
 @dataclass(frozen=True)
 class Pi0Config(Pi05Config):
+    FAMILY: ClassVar[str] = ARCHITECTURE
     tokenizer_max_length: int = 48  # LeRobot PI0Config's default (pi0.5: 200)

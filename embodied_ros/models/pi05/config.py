@@ -9,7 +9,7 @@ action expert (1024 x 18, mlp 4096); both Gemmas use 8 query heads, 1 kv head, h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from embodied_ros.backbone.checks import require as _require
 from embodied_ros.backbone.gemma import GemmaConfig
@@ -28,6 +28,10 @@ def camera_name(feature_key: str) -> str:
 
 @dataclass(frozen=True)
 class Pi05Config(configs.ActionChunkConfig):
+    FAMILY: ClassVar[str] = "pi05"
+    NESTED: ClassVar[Mapping[str, type]] = {"vision": VisionConfig, "lm": GemmaConfig, "expert": GemmaConfig}
+    TUPLE_FIELDS: ClassVar[tuple[str, ...]] = ("camera_names", "state_names", "action_names", "relative_action_mask")
+
     vision: VisionConfig
     lm: GemmaConfig
     expert: GemmaConfig
@@ -69,24 +73,11 @@ class Pi05Config(configs.ActionChunkConfig):
     def max_prefix_len(self) -> int:
         return len(self.camera_names) * self.vision.tokens_per_camera + self.tokenizer_max_length
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain nested values (JSON-safe) that `from_dict` reads back."""
-        return configs.plain_config(self, ("camera_names", "state_names", "action_names", "relative_action_mask"))
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "Pi05Config":
-        return configs.config_from_plain(cls, values, "pi05",
-                                            {"vision": VisionConfig, "lm": GemmaConfig, "expert": GemmaConfig})
-
-    def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        """(model config, solver settings, robot metadata) as a bundle stores them."""
-        return configs.split_bundle_sections(self.to_dict())
-
     @classmethod
     def from_bundle_sections(cls, model: Mapping[str, Any], solver: Mapping[str, Any],
                              robot: Mapping[str, Any]) -> "Pi05Config":
-        values = configs.join_bundle_sections("pi05", model, solver, robot, DEFAULT_NOISE_SEED)
-        values.setdefault("relative_action_mask", ())
+        values = configs.join_bundle_sections(cls.FAMILY, model, solver, robot, cls.DEFAULT_NOISE_SEED)
+        values.setdefault("relative_action_mask", ())  # bundles written before the field
         return cls.from_dict(values)
 
     @classmethod

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from embodied_ros.backbone.llama import LlamaConfig
 from embodied_ros.backbone.smolvlm import SmolVLMVisionConfig
@@ -45,6 +45,9 @@ def expert_mlp_dim(width: int) -> int:
 
 @dataclass(frozen=True)
 class SmolVLAConfig(configs.ActionChunkConfig):
+    FAMILY: ClassVar[str] = "smolvla"
+    NESTED: ClassVar[Mapping[str, type]] = {"vision": SmolVLMVisionConfig, "lm": LlamaConfig, "expert": LlamaConfig}
+
     vision: SmolVLMVisionConfig
     lm: LlamaConfig  # the kept VLM text layers only
     expert: LlamaConfig
@@ -78,25 +81,6 @@ class SmolVLAConfig(configs.ActionChunkConfig):
     @property
     def layer_plan(self) -> list[tuple[str, int]]:
         return layer_plan(self.lm.depth, self.expert.depth, self.self_attn_every_n_layers)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain nested values (JSON-safe) that `from_dict` reads back."""
-        return configs.plain_config(self, ("camera_names", "state_names", "action_names"))
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "SmolVLAConfig":
-        return configs.config_from_plain(cls, values, "smolvla",
-                                            {"vision": SmolVLMVisionConfig, "lm": LlamaConfig, "expert": LlamaConfig})
-
-    def bundle_sections(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        """(model config, solver settings, robot metadata) as a bundle stores them."""
-        return configs.split_bundle_sections(self.to_dict())
-
-    @classmethod
-    def from_bundle_sections(cls, model: Mapping[str, Any], solver: Mapping[str, Any],
-                             robot: Mapping[str, Any]) -> "SmolVLAConfig":
-        values = configs.join_bundle_sections("smolvla", model, solver, robot, DEFAULT_NOISE_SEED)
-        return cls.from_dict(values)
 
     @classmethod
     def from_fixture_json(cls, record: Mapping[str, Any]) -> "SmolVLAConfig":
