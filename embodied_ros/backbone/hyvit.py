@@ -37,6 +37,7 @@ import numpy as np
 
 from embodied_ros.backbone.checks import positive, require
 from embodied_ros.backbone.siglip import patchify
+from embodied_ros.kernels.attention import softmax
 from embodied_ros.kernels.attention_bf16 import attention_for, to_bf16_values
 from embodied_ros.sequence.images import resize_bilinear
 
@@ -91,13 +92,14 @@ class HyViTConfig:
         return self.spacetime_stride > 0 and block % self.spacetime_stride == self.spacetime_stride - 1
 
 
-def positions(cfg: HyViTConfig, table: np.ndarray, bf16: bool) -> np.ndarray:
-    """The learned [G G, W] table resized to the image's patch grid -> [T, W]."""
+def positions(cfg: HyViTConfig, table: np.ndarray) -> np.ndarray:
+    """The learned [G G, W] table resized to the image's patch grid -> [T, W] (once, at load); rounded to
+    bf16 as the reference's single-frame path samples it (its memory path does not)."""
     side = cfg.patches_per_side
     grid = np.asarray(table, np.float32).reshape(cfg.position_grid, cfg.position_grid, cfg.width).transpose(2, 0, 1)
     resized = grid if side == cfg.position_grid else resize_bilinear(grid, side, side)
     flat = np.ascontiguousarray(resized.reshape(cfg.width, -1).T)
-    return to_bf16_values(flat) if bf16 else flat
+    return flat if cfg.spacetime_stride else to_bf16_values(flat)
 
 
 def time_embedding(frames: int, width: int) -> np.ndarray:
@@ -114,9 +116,7 @@ def _frame_mixed_values(cfg: HyViTConfig, q: np.ndarray, k: np.ndarray, v: np.nd
     """q, k, v [N, K, T, H, d] -> v mixed over the frames, causally, per token and head."""
     scores = np.einsum("nkthd,njthd->nthkj", q, k) * np.float32(cfg.head_dim ** -0.5)
     frames = q.shape[1]
-    scores = np.where(np.tril(np.ones((frames, frames), bool)), scores, -np.inf)
-    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    weights = (scores / scores.sum(axis=-1, keepdims=True)).astype(np.float32)
+    weights = softmax(np.where(np.tril(np.ones((frames, frames), bool)), scores, -np.inf)).astype(np.float32)
     return np.einsum("nthkj,njthd->nkthd", weights, v).astype(np.float32)
 
 
@@ -144,7 +144,7 @@ def block(ks, cfg: HyViTConfig, w: Mapping[str, Any], x: np.ndarray, frames: int
 
 def merge(ks, cfg: HyViTConfig, weights: Mapping[str, Any], x: np.ndarray) -> np.ndarray:
     """[N, T, W] tower features -> [N, grid^2, D] image tokens (module doc)."""
-    n, side, g = x.shape[0], cfg.patches_per_side, cfg.grid
+    n, g = x.shape[0], cfg.grid
     y = ks.linear(x.reshape(-1, cfg.width), weights["vision.merger.proj1.weight"], weights["vision.merger.proj1.bias"])
     width = y.shape[-1]
     groups = y.reshape(n, g, 2, g, 2, width).transpose(0, 1, 3, 2, 4, 5).reshape(-1, 4, width)
@@ -153,16 +153,15 @@ def merge(ks, cfg: HyViTConfig, weights: Mapping[str, Any], x: np.ndarray) -> np
     hidden = ks.gelu_erf(ks.linear(fused, weights["vision.merger.score1.weight"], weights["vision.merger.score1.bias"]))
     scores = ks.linear(hidden, weights["vision.merger.score2.weight"],
                        weights["vision.merger.score2.bias"]).reshape(groups.shape)
-    scores = np.exp(scores - scores.max(axis=1, keepdims=True))
-    merged = (groups * (scores / scores.sum(axis=1, keepdims=True))).sum(axis=1).astype(np.float32)
+    merged = (groups * softmax(scores, axis=1)).sum(axis=1).astype(np.float32)
     tokens = ks.linear(ks.gelu_erf(merged), weights["vision.merger.proj2.weight"], weights["vision.merger.proj2.bias"])
     return tokens.reshape(n, g * g, width)
 
 
 def image_tokens(ks, cfg: HyViTConfig, weights: Mapping[str, Any], layers: list[Mapping[str, Any]],
-                 images: np.ndarray) -> np.ndarray:
+                 position: np.ndarray, images: np.ndarray) -> np.ndarray:
     """[N, 3, S, S] (or [N, K, 3, S, S] with memory frames, the current frame last) in [-1, 1] ->
-    [N, grid^2, D] image tokens."""
+    [N, grid^2, D] image tokens; `position` from `positions`."""
     frames_given = images.ndim == 5
     frames = images.shape[1] if frames_given else 1
     expected = (3, cfg.image_size, cfg.image_size)
@@ -175,9 +174,7 @@ def image_tokens(ks, cfg: HyViTConfig, weights: Mapping[str, Any], layers: list[
     patches = patchify(flat_images, cfg.patch_size)
     tokens = patches.shape[1]
     x = ks.linear(patches.reshape(-1, patches.shape[-1]), weights["vision.patch.weight"], weights["vision.patch.bias"])
-    # the reference's single-frame path samples its positions in bf16; its memory path does not
-    x = x.reshape(n * frames, tokens, cfg.width) + positions(cfg, weights["vision.position"],
-                                                             bf16=not cfg.spacetime_stride)
+    x = x.reshape(n * frames, tokens, cfg.width) + position
     time = time_embedding(frames, cfg.width) if frames > 1 else None
     for index, w in enumerate(layers):
         x = block(ks, cfg, w, x, frames, time if cfg.is_spacetime(index) else None)

@@ -75,9 +75,9 @@ def _cached_examples(rng: np.random.Generator) -> list[tuple]:
     return cases
 
 
-def _softmax(scores: np.ndarray) -> np.ndarray:
-    shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
+def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+    shifted = np.exp(scores - scores.max(axis=axis, keepdims=True))
+    return shifted / shifted.sum(axis=axis, keepdims=True)
 
 
 @reference("attention", examples=_examples, rtol=1e-4, atol=2e-5)
@@ -90,7 +90,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | No
     scores = (q_heads @ k_heads.transpose(0, 2, 1)) * np.float32(q.shape[2] ** -0.5)  # [Hq, Tq, Tk]
     if bias is not None:
         scores = scores + bias
-    return (_softmax(scores) @ v_heads).transpose(1, 0, 2)
+    return (softmax(scores) @ v_heads).transpose(1, 0, 2)
 
 
 @reference("cached_attention", examples=_cached_examples, rtol=1e-4, atol=2e-5)
