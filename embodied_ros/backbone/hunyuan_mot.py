@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from embodied_ros.backbone import llama
 from embodied_ros.backbone.checks import require
 from embodied_ros.backbone.llama import LlamaConfig
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
@@ -43,7 +44,6 @@ from embodied_ros.kernels.attention_bf16 import attention_for, cached_attention_
 from embodied_ros.kernels.rope import rope_tables
 
 VISION = "_v"
-MODALITIES = ("", VISION)
 LAYER_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
                "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
                "self_attn.o_proj": "attn_out", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
@@ -70,29 +70,27 @@ class MoTConfig(LlamaConfig):
         return rope_tables(positions, self.head_dim, self.rope_base)
 
 
-def _head_norm(ks, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    rows = x.reshape(-1, x.shape[-1])
-    return ks.rms_norm_across_heads(rows, weight, eps).reshape(x.shape)
-
-
-def project_qkv(ks, cfg: MoTConfig, w: Mapping[str, Any], h: np.ndarray, rope, head_norms: Mapping[str, Any],
-                modality: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Normed rows [n, D] of one modality -> queries [n, H, d], keys [n, K, d] (RoPE, then the head norms
-    of `head_norms`, an LM layer's tensors), values [n, K, d]."""
-    qkv = ks.linear(h, w[f"attn_qkv{modality}.weight"])
-    q_width, kv_width = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    n = h.shape[0]
+def split_qkv(ks, cfg: MoTConfig, qkv: np.ndarray, rope, head_norms: Mapping[str, Any]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Projected rows [n, (H + 2K) d] -> queries [n, H, d], keys [n, K, d] (RoPE, then the q/k norms of
+    `head_norms`, an LM layer's tensors), values [n, K, d]."""
+    n, q_width, kv_width = qkv.shape[0], cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     queries = ks.rope(np.ascontiguousarray(qkv[:, :q_width]).reshape(n, cfg.num_heads, cfg.head_dim), *rope)
     keys = ks.rope(np.ascontiguousarray(qkv[:, q_width:q_width + kv_width]).reshape(n, cfg.num_kv_heads,
                                                                                     cfg.head_dim), *rope)
     values = np.ascontiguousarray(qkv[:, q_width + kv_width:]).reshape(n, cfg.num_kv_heads, cfg.head_dim)
-    return (_head_norm(ks, queries, head_norms["q_norm.weight"], cfg.eps),
-            _head_norm(ks, keys, head_norms["k_norm.weight"], cfg.eps), values)
+    return (llama.head_norm(ks, queries, head_norms["q_norm.weight"], cfg.eps),
+            llama.head_norm(ks, keys, head_norms["k_norm.weight"], cfg.eps), values)
+
+
+def normed_qkv(ks, cfg: MoTConfig, w: Mapping[str, Any], x: np.ndarray, modality: str = "") -> np.ndarray:
+    """Rows [n, D] of one modality -> their projections [n, (H + 2K) d] (the attention norm included)."""
+    return ks.linear(llama.norm(ks, x, w[f"attn_norm{modality}.weight"], cfg.eps), w[f"attn_qkv{modality}.weight"])
 
 
 def feed_forward(ks, cfg: MoTConfig, w: Mapping[str, Any], x: np.ndarray, modality: str = "") -> np.ndarray:
     """Rows [n, D] of one modality -> the MLP's residual update (its norm included)."""
-    h = ks.rms_norm_across_heads(x, w[f"ffn_norm{modality}.weight"], cfg.eps)
+    h = llama.norm(ks, x, w[f"ffn_norm{modality}.weight"], cfg.eps)
     return ks.feed_forward(h, w[f"ffn_gate_up{modality}.weight"], None, w[f"ffn_down{modality}.weight"], None,
                            "silu_glu")
 
@@ -112,20 +110,14 @@ def prefix_pass(ks, cfg: MoTConfig, layers: Sequence[Mapping[str, Any]], x: np.n
     """The prefix [n, D] through every layer once, writing each layer's K/V into `cache`; nothing reads the
     prefix's output, so the last layer stops after its K/V. bias: [n, n] additive attention mask."""
     rope = cfg.rope(positions)
-    n = x.shape[0]
+    qkv_width = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
     for index, w in enumerate(layers):
-        queries = np.empty((n, cfg.num_heads, cfg.head_dim), np.float32)
-        keys = np.empty((n, cfg.num_kv_heads, cfg.head_dim), np.float32)
-        values = np.empty_like(keys)
-        for modality, rows in (("", ~vision_rows), (VISION, vision_rows)):
-            if rows.any():
-                h = ks.rms_norm_across_heads(np.ascontiguousarray(x[rows]), w[f"attn_norm{modality}.weight"], cfg.eps)
-                part_rope = (rope[0][rows], rope[1][rows])
-                queries[rows], keys[rows], values[rows] = project_qkv(ks, cfg, w, h, part_rope, w, modality)
+        qkv = _routed(x, vision_rows, qkv_width, lambda rows, modality: normed_qkv(ks, cfg, w, rows, modality))
+        queries, keys, values = split_qkv(ks, cfg, qkv, rope, w)
         cache.write(index, keys, values)
         if index == len(layers) - 1:
             break
-        attended = attention_for(ks, w["attn_qkv.weight"])(queries, keys, values, bias).reshape(n, -1)
+        attended = attention_for(ks, w["attn_qkv.weight"])(queries, keys, values, bias).reshape(x.shape[0], -1)
         x = x + _routed(attended, vision_rows, cfg.width,
                         lambda rows, modality: ks.linear(rows, w[f"attn_out{modality}.weight"]))
         x = x + _routed(x, vision_rows, cfg.width, lambda rows, modality: feed_forward(ks, cfg, w, rows, modality))
@@ -137,8 +129,7 @@ def expert_layer(ks, cfg: MoTConfig, w: Mapping[str, Any], head_norms: Mapping[s
                  cache_keys: np.ndarray, cache_values: np.ndarray, cache_bias: np.ndarray | None, rope,
                  last: bool = False):
     """One expert layer over rows x [m, E] reading [cache rows ; its own rows] -> (x, keys, values)."""
-    h = ks.rms_norm_across_heads(x, w["attn_norm.weight"], cfg.eps)
-    queries, keys, values = project_qkv(ks, cfg, w, h, rope, head_norms)
+    queries, keys, values = split_qkv(ks, cfg, normed_qkv(ks, cfg, w, x), rope, head_norms)
     if last:
         return x, keys, values
     attend = cached_attention_for(ks, w["attn_qkv.weight"])

@@ -92,6 +92,12 @@ def norm(ks, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return ks.rms_norm_across_heads(x, weight, eps)
 
 
+def head_norm(ks, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """The same RMSNorm over each head's head_dim (q/k norms): [L, H, hd] -> [L, H, hd]."""
+    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+    return ks.rms_norm_across_heads(rows, weight, eps).reshape(x.shape)
+
+
 def feed_forward(ks, w: Mapping[str, Any], h: np.ndarray) -> np.ndarray:
     """Normed tokens [n, D] -> the MLP's residual update [n, D]."""
     return ks.feed_forward(h, w["ffn_gate_up.weight"], None, w["ffn_down.weight"], None, "silu_glu")

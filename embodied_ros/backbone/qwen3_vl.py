@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from embodied_ros.backbone import llama
 from embodied_ros.backbone.checks import positive, require
 from embodied_ros.kernels import KernelSet
 from embodied_ros.kernels.attention import MASKED
@@ -280,12 +281,6 @@ def causal_bias(n: int) -> np.ndarray:
     return np.where(np.tri(n, dtype=bool), np.float32(0.0), MASKED).astype(np.float32)
 
 
-def _head_norm(ks: KernelSet, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """RMSNorm over each head's head_dim: [L, H, hd] -> [L, H, hd]."""
-    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
-    return ks.rms_norm_across_heads(rows, weight, eps).reshape(x.shape)
-
-
 def lm_layer(ks: KernelSet, cfg: QwenTextConfig, layer: Weights, x: np.ndarray,
              rope: tuple[np.ndarray, np.ndarray], bias: np.ndarray) -> np.ndarray:
     n, hd = x.shape[0], cfg.head_dim
@@ -293,8 +288,8 @@ def lm_layer(ks: KernelSet, cfg: QwenTextConfig, layer: Weights, x: np.ndarray,
     q = ks.linear(h, layer["attn_q.weight"]).reshape(n, cfg.num_heads, hd)
     k = ks.linear(h, layer["attn_k.weight"]).reshape(n, cfg.num_kv_heads, hd)
     v = ks.linear(h, layer["attn_v.weight"]).reshape(n, cfg.num_kv_heads, hd)
-    q = ks.rope(_head_norm(ks, q, layer["q_norm.weight"], cfg.eps), *rope)
-    k = ks.rope(_head_norm(ks, k, layer["k_norm.weight"], cfg.eps), *rope)
+    q = ks.rope(llama.head_norm(ks, q, layer["q_norm.weight"], cfg.eps), *rope)
+    k = ks.rope(llama.head_norm(ks, k, layer["k_norm.weight"], cfg.eps), *rope)
     attended = ks.attention(q, k, np.ascontiguousarray(v), bias).reshape(n, cfg.num_heads * hd)
     x = x + ks.linear(attended, layer["attn_out.weight"])
     h = ks.rms_norm_across_heads(x, layer["ffn_norm.weight"], cfg.eps)

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from embodied_ros.backbone import hunyuan_mot, hyvit
+from embodied_ros.backbone import hunyuan_mot, hyvit, llama
 from embodied_ros.backbone.paligemma import TOKEN_EMBEDDING, prepare_weights, stack_layers, take_rows
 from embodied_ros.backbone.prefix_cache import PrefixCache, PrefixCacheBuilder
 from embodied_ros.heads import action_time_expert as action_time
@@ -42,32 +42,34 @@ def is_linear_weight(name: str) -> bool:
     return parts[-1] == "weight" and parts[-2] in LINEAR
 
 
+SPECIAL_ORDER = ("bos", "user", "vision_start", "vision_end", "vision_split")
+BOS, USER, START, END, SPLIT = range(len(SPECIAL_ORDER))
+EMBEDDED = -1  # a row of image tokens or of the prompt
+
+
 def prefix_layout(config: HyVLAConfig, cameras: int, empty_slots: int, prompt_tokens: int
                   ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
-    """The kept prefix's row kinds: (special [n] int, -1 for image and prompt rows, else the special's
-    index in SPECIAL_ORDER; patch [n] bool; per camera its (first, end) rows of patches and splits).
+    """The kept prefix's rows: (kind [n]: a special token's index in SPECIAL_ORDER or EMBEDDED; patch [n]
+    bool; per camera its (first, end) rows of patches and splits).
     An empty slot (a padding image for an absent camera) keeps its start and end rows, which the
     reference leaves unmasked; its image rows are masked there and dropped here."""
     g = config.vision.grid
-    kinds, patch, segments = [0, 1], [False, False], []
+    kinds, patch, segments = [BOS, USER], [False, False], []
     for _ in range(cameras):
-        kinds.append(2)
+        kinds.append(START)
         patch.append(False)
-        start = len(kinds)
+        first = len(kinds)
         for _ in range(g):
-            kinds += [-1] * g + [4]
+            kinds += [EMBEDDED] * g + [SPLIT]
             patch += [True] * g + [False]
-        segments.append((start, len(kinds)))
-        kinds.append(3)
+        segments.append((first, len(kinds)))
+        kinds.append(END)
         patch.append(False)
-    kinds += [2, 3] * empty_slots
+    kinds += [START, END] * empty_slots
     patch += [False, False] * empty_slots
-    kinds += [-1] * prompt_tokens
+    kinds += [EMBEDDED] * prompt_tokens
     patch += [False] * prompt_tokens
     return np.array(kinds), np.array(patch), segments
-
-
-SPECIAL_ORDER = ("bos", "user", "vision_start", "vision_end", "vision_split")
 
 
 def prefix_allowed(config: HyVLAConfig, patch: np.ndarray, segments: list[tuple[int, int]]) -> np.ndarray:
@@ -95,6 +97,7 @@ class HyVLAModel:
         self.vision_layers = stack_layers(self.weights, "vision", config.vision.depth)
         self.lm_layers = stack_layers(self.weights, "lm", config.lm.depth)
         self.expert_layers = stack_layers(self.weights, "expert", config.expert.depth)
+        self.position = hyvit.positions(config.vision, self.weights["vision.position"])
         action_part, time_part = action_time.split_action_time_in(self.weights["action_time_in.weight"],
                                                                   config.expert.width)
         self.action_part = pack_for_products(action_part) if backend == "numba" else action_part
@@ -120,7 +123,8 @@ class HyVLAModel:
         mask = np.ones(images.shape[0], bool) if camera_mask is None else np.asarray(camera_mask, bool)
         out = np.zeros((images.shape[0], cfg.vision.tokens_per_camera, cfg.lm.width), np.float32)
         if mask.any():
-            out[mask] = hyvit.image_tokens(self.ks, cfg.vision, self.weights, self.vision_layers, images[mask])
+            out[mask] = hyvit.image_tokens(self.ks, cfg.vision, self.weights, self.vision_layers, self.position,
+                                           images[mask])
         return out
 
     # ---- prefix ----------------------------------------------------------------------------
@@ -139,7 +143,8 @@ class HyVLAModel:
         kinds, patch, segments = prefix_layout(cfg, image_tokens.shape[0], empty_slots, tokens.size)
         specials = self.embedded(np.array([cfg.special_ids[name] for name in SPECIAL_ORDER]))
         x = np.empty((kinds.size, cfg.lm.width), np.float32)
-        x[kinds >= 0] = specials[kinds[kinds >= 0]]
+        special = kinds != EMBEDDED
+        x[special] = specials[kinds[special]]
         x[patch] = image_tokens.reshape(-1, cfg.lm.width)
         x[kinds.size - tokens.size:] = self.embedded(tokens)
         return x, patch, prefix_allowed(cfg, patch, segments)
@@ -182,7 +187,7 @@ class HyVLAModel:
         cfg = self.config
         x = action_time.action_tokens(self.ks, self.weights, self.action_part, x_t, self.step_time_bias[step])
         x = hunyuan_mot.expert_pass(self.ks, cfg.expert, self.expert_layers, self.lm_layers, cache, x, rope)
-        normed = self.ks.rms_norm_across_heads(x, self.weights["expert.final_norm.weight"], cfg.expert.eps)
+        normed = llama.norm(self.ks, x, self.weights["expert.final_norm.weight"], cfg.expert.eps)
         return self.ks.linear(normed, self.weights["action_out.weight"], self.weights["action_out.bias"])
 
     def checked_noise(self, noise: np.ndarray, cache: PrefixCache) -> np.ndarray:
