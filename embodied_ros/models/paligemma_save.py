@@ -19,6 +19,7 @@ from embodied_ros.backbone.gemma import GemmaConfig
 from embodied_ros.backbone.siglip import VisionConfig
 from embodied_ros.bundle.source import Stacked
 from embodied_ros.models.kit import lerobot_save
+from embodied_ros.models.kit.lerobot_save import Rules, runtime_name
 
 if TYPE_CHECKING:  # the config module is imported where it is used: importing the pi05 package from here
     from embodied_ros.models.pi05.config import Pi05Config  # would run its __init__, which imports this module
@@ -36,7 +37,6 @@ _GEMMA_LAYER = gemma.TRANSFORMERS_LAYER_NAMES
 _NORMS = gemma.TRANSFORMERS_NORM_NAMES
 
 
-Rules = list[tuple[re.Pattern, str | None]]
 
 
 def paligemma_rules(expert_rules: list[tuple[str, str | None]]) -> Rules:
@@ -64,17 +64,6 @@ def paligemma_rules(expert_rules: list[tuple[str, str | None]]) -> Rules:
         rules.append((_LM + rf"layers\.(\d+)\.{theirs}\.weight", rf"lm.blk.\1.{ours}.weight"))
     rules += expert_rules
     return [(re.compile(pattern + "$"), replacement) for pattern, replacement in rules]
-
-
-def runtime_name(lerobot_name: str, rules: Rules, family: str) -> str | None:
-    """Runtime name of a LeRobot parameter of `family`; None for tensors inference never reads.
-
-    Raises ValueError for a name that is not part of the family (e.g. a checkpoint of another policy).
-    """
-    for pattern, replacement in rules:
-        if pattern.match(lerobot_name):
-            return None if replacement is None else pattern.sub(replacement, lerobot_name)
-    raise ValueError(f"{lerobot_name!r} is not a {family} parameter (LeRobot naming)")
 
 
 def rename_lerobot(state_dict: Mapping[str, Any], rules: Rules, family: str) -> dict[str, np.ndarray]:

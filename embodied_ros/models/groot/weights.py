@@ -99,10 +99,7 @@ def is_linear_weight(name: str) -> bool:
 def runtime_name(lerobot_name: str) -> str | None:
     """Runtime name of a LeRobot GR00T parameter; None for tensors inference never reads.
     Raises ValueError for a name that is not part of GR00T N1.7."""
-    for pattern, replacement in _RULES:
-        if pattern.match(lerobot_name):
-            return None if replacement is None else pattern.sub(replacement, lerobot_name)
-    raise ValueError(f"{lerobot_name!r} is not a GR00T N1.7 parameter (LeRobot GrootPolicy naming)")
+    return lerobot_save.runtime_name(lerobot_name, _RULES, "GR00T N1.7")
 
 
 def from_lerobot(state_dict: Mapping[str, Any], lm_depth: int | None = None) -> dict[str, np.ndarray]:

@@ -90,10 +90,7 @@ _RULES = _rules()
 
 def runtime_name(name: str) -> str | None:
     """Runtime name of a checkpoint tensor; None for tensors inference never reads."""
-    for pattern, replacement in _RULES:
-        if pattern.match(name):
-            return None if replacement is None else pattern.sub(replacement, name)
-    raise ValueError(f"{name!r} is not an HY-VLA parameter")
+    return lerobot_save.runtime_name(name, _RULES, "HY-VLA")
 
 
 def renamed(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:

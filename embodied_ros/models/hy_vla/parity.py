@@ -24,20 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from embodied_ros.models.kit.records import CASES_FILE, TOLERANCES, CaseResult, converted_bundle, tolerance_for
+from embodied_ros.models.kit.records import (CASES_FILE, PIPELINE_CASES, TOLERANCES, CaseResult, case_count,
+                                             converted_bundle, recorded_tasks, tolerance_for)
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
 
-NOTES_FILE = "cases.json"
+NOTES_FILE = PIPELINE_CASES
 INPUTS = ("images", "image_masks", "tokens", "token_mask", "state", "noise")
-
-
-def case_count(cases) -> int:
-    return len([name for name in cases.files if name.endswith("_normalized_actions")])
-
-
-def notes(folder: Path) -> list[dict]:
-    return json.loads((Path(folder) / NOTES_FILE).read_text()).get("cases", [])
 
 
 def record_tolerance(folder: Path, tolerance: float) -> float:
@@ -51,12 +44,11 @@ def raw_case(runtime, inputs, key: str, task: str) -> np.ndarray:
     frames = {name: np.asarray(inputs[f"{key}_{name}_uint8"]) for name in runtime.spec.camera_names
               if f"{key}_{name}_uint8" in inputs}
     state = np.asarray(inputs[f"{key}_state_raw"])
-    memory = runtime.config.memory_frames > 1
+    history = runtime.config.memory_frames - 1
     runtime.reset_memory()
-    history = runtime.config.memory_frames - 1 if memory else 0
     for index in range(history):
         runtime.encode(Observation(index, {name: stack[index] for name, stack in frames.items()}, state, task))
-    current = {name: stack[-1] if memory else stack for name, stack in frames.items()}
+    current = {name: stack[-1] if history else stack for name, stack in frames.items()}
     return infer(runtime, Observation(history, current, state, task), np.asarray(inputs[f"{key}_noise"])).actions
 
 
@@ -93,7 +85,7 @@ class HyVLARecords:
             runtime = load_runtime(bundle, backend)
             results = []
             with np.load(folder / CASES_FILE) as cases:
-                for k, case in enumerate(notes(folder)):
+                for k, case in enumerate(recorded_tasks(folder)):
                     key = f"case{k}"
                     error = float(np.abs(model_case(runtime.model, cases, key) - cases[f"{key}_normalized_actions"]).max())
                     tokens, mask = runtime.tokenizer.encode(prompt_text(case["task"]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -28,6 +29,18 @@ def saved_config(source: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return config if isinstance(config, dict) else None
+
+
+Rules = list[tuple[re.Pattern, str | None]]  # (pattern of a checkpoint name, runtime name or None), in order
+
+
+def runtime_name(name: str, rules: Rules, family: str) -> str | None:
+    """The runtime name the first matching rule gives a checkpoint tensor of `family`; None for tensors
+    inference never reads. Raises ValueError for a name no rule knows (e.g. a checkpoint of another policy)."""
+    for pattern, replacement in rules:
+        if pattern.match(name):
+            return None if replacement is None else pattern.sub(replacement, name)
+    raise ValueError(f"{name!r} is not a {family} parameter")
 
 
 def rename_lerobot(state_dict: Mapping[str, Any], runtime_name: Callable[[str], str | None], family: str,

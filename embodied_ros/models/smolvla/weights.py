@@ -63,10 +63,7 @@ _RULES = _rules()
 
 def runtime_name(lerobot_name: str) -> str | None:
     """Runtime name of a LeRobot SmolVLA parameter; None for tensors inference never reads."""
-    for pattern, replacement in _RULES:
-        if pattern.match(lerobot_name):
-            return None if replacement is None else pattern.sub(replacement, lerobot_name)
-    raise ValueError(f"{lerobot_name!r} is not a SmolVLA parameter (LeRobot SmolVLAPolicy naming)")
+    return lerobot_save.runtime_name(lerobot_name, _RULES, "SmolVLA")
 
 
 def rename_lerobot(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
