@@ -263,7 +263,7 @@ def part_faults(name: str, workdir: Path, repeats: int, domain: int) -> str:
                         continue
                     time.sleep(1.0)
                     try:
-                        outcomes[kind].append(graph.recording.fault_outcome(fault_ns, healed_ns))
+                        outcomes[kind].append(graph.recording.fault_outcome(fault_ns, healed_ns, round(period_ms * 1e6)))
                     except ValueError as error:  # a loss burst that never emptied the chunk: no hold
                         outcomes[kind].append(None)
                         print(f"{kind}: {error}", flush=True)

@@ -50,6 +50,20 @@ def test_holds_when_the_chunk_runs_out_and_resumes_with_a_new_one():
     assert not resumed.holding and resumed.positions[0] == 5.0
 
 
+def test_after_running_out_only_a_chunk_planned_after_the_stop_moves_the_arm():
+    logic = _logic()
+    logic.accept_chunk(_chunk(0, [[1.0], [2.0]]), now_ns=0)  # its rows end at 40 ms
+    assert logic.tick(40 * MS).positions[0] == 2.0
+    assert logic.tick(60 * MS).reason == CHUNK_RAN_OUT
+    # planned from an observation before the arm stopped (a link back after a cut delivers it late):
+    # its rows are still ahead, but they continue a motion the arm did not make
+    logic.accept_chunk(_chunk(30, [[3.0]] * 10), now_ns=70 * MS)
+    held = logic.tick(80 * MS)
+    assert held.holding and held.reason == CHUNK_RAN_OUT and held.positions[0] == 2.0
+    logic.accept_chunk(_chunk(100, [[5.0]] * 10), now_ns=110 * MS)  # before the stale one's rows end
+    assert logic.tick(120 * MS).positions[0] == 5.0
+
+
 def test_non_finite_chunk_is_refused_and_the_arm_holds():
     logic = _logic()
     logic.accept_chunk(_chunk(0, [[1.0], [2.0], [3.0]]), now_ns=0)

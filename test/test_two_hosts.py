@@ -42,7 +42,7 @@ def split_graph(tmp_path_factory, tmp_path):
 def _check_fault(graph, fault_ns, healed_ns, what):
     assert graph.wait_streaming(healed_ns, 60), f"no streaming after {what}:\n{graph.logs()}"
     time.sleep(0.5)  # the first commands after the resume, for the stale-command count
-    outcome = graph.recording.fault_outcome(fault_ns, healed_ns)
+    outcome = graph.recording.fault_outcome(fault_ns, healed_ns, round(PERIOD_MS * 1e6))
     print(f"{what}: hold {outcome.hold_delay_ms:+.1f} ms from the last chunk's end, resumed "
           f"{outcome.resume_ms:.0f} ms after the heal, {outcome.stale_commands} stale commands")
     assert outcome.hold_delay_ms <= PERIOD_MS
@@ -121,30 +121,38 @@ def test_shaping_and_loss_rules_are_set_and_removed():
         LinkShape(loss_percent=100)
 
 
-def test_fault_outcome_counts_commands_that_move_before_a_fresh_chunk():
+def _recording(*lines):
     recording = Recording()
-    for line in ('{"kind": "chunk", "t": 100, "stamp": 50, "end": 250}',
-                 '{"kind": "state", "t": 240, "message": "holding: action chunk ran out"}',
-                 '{"kind": "command", "t": 240, "positions": [1.0]}',
-                 '{"kind": "command", "t": 260, "positions": [1.5]}',  # moved: a stale chunk's doing
-                 '{"kind": "chunk", "t": 400, "stamp": 350, "end": 600}',
-                 '{"kind": "command", "t": 420, "positions": [2.0]}',
-                 '{"kind": "state", "t": 410, "message": "streaming"}', "a log line"):
+    for line in lines:
         recording.add_line(line)
-    outcome = recording.fault_outcome(fault_ns=200, healed_ns=300)
+    return recording
+
+
+HELD_AFTER_A_FAULT = ('{"kind": "chunk", "t": 100, "stamp": 50, "end": 250}',
+                      '{"kind": "state", "t": 240, "message": "holding: action chunk ran out", "chunk_stamp": 50}',
+                      '{"kind": "command", "t": 240, "positions": [1.0]}')
+
+
+def test_fault_outcome_times_the_hold_and_the_resume_and_finds_no_stale_command_on_a_fresh_resume():
+    # the first command of the resume goes out just before the report that it streams
+    recording = _recording(*HELD_AFTER_A_FAULT, '{"kind": "command", "t": 300, "positions": [1.0]}',
+                           '{"kind": "command", "t": 405, "positions": [2.0]}',
+                           '{"kind": "state", "t": 410, "message": "streaming", "chunk_stamp": 350}',
+                           '{"kind": "command", "t": 425, "positions": [2.5]}', "a log line")
+    outcome = recording.fault_outcome(fault_ns=200, healed_ns=300, period_ns=20)
     assert outcome.hold_delay_ms == pytest.approx(-10e-6) and outcome.resume_ms == pytest.approx(110e-6)
-    assert outcome.stale_commands == 1
+    assert outcome.stale_commands == 0
     with pytest.raises(ValueError, match="never resumed"):
-        recording.fault_outcome(fault_ns=200, healed_ns=500)
+        recording.fault_outcome(fault_ns=200, healed_ns=500, period_ns=20)
 
 
-def test_commands_after_the_controller_streams_again_are_not_stale_whatever_the_probe_saw():
-    recording = Recording()  # the probe has not rediscovered the restarted action node: no fresh chunk seen
-    for line in ('{"kind": "chunk", "t": 100, "stamp": 50, "end": 250}',
-                 '{"kind": "state", "t": 240, "message": "holding: action chunk ran out"}',
-                 '{"kind": "command", "t": 240, "positions": [1.0]}',
-                 '{"kind": "command", "t": 300, "positions": [1.0]}',
-                 '{"kind": "state", "t": 410, "message": "streaming"}',
-                 '{"kind": "command", "t": 420, "positions": [2.0]}'):
-        recording.add_line(line)
-    assert recording.fault_outcome(fault_ns=200, healed_ns=300).stale_commands == 0
+def test_commands_from_a_chunk_made_before_the_fault_are_stale_until_a_fresh_one_is_followed():
+    recording = _recording(*HELD_AFTER_A_FAULT,
+                           '{"kind": "command", "t": 320, "positions": [1.5]}',  # moved while reported holding
+                           '{"kind": "state", "t": 330, "message": "streaming", "chunk_stamp": 150}',
+                           '{"kind": "command", "t": 340, "positions": [1.6]}',
+                           '{"kind": "command", "t": 360, "positions": [1.7]}',
+                           '{"kind": "command", "t": 385, "positions": [2.0]}',
+                           '{"kind": "state", "t": 390, "message": "streaming", "chunk_stamp": 350}',
+                           '{"kind": "command", "t": 400, "positions": [2.1]}')
+    assert recording.fault_outcome(fault_ns=200, healed_ns=300, period_ns=20).stale_commands == 3

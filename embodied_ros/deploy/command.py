@@ -45,7 +45,9 @@ class CommandLogic:
         self._chunk_fault = ""
         self._input_fault = ""
         self._input_seen_ns: int | None = None
-        self._fresh_after_ns: int | None = None  # after an input fault, chunks must be newer than this
+        # after an input fault or a run-out chunk, chunks from observations before this are stale
+        self._fresh_after_ns: int | None = None
+        self._stale_reason = ""  # the hold's reason while only stale chunks are in hand
         self.ramp_s = ramp_s  # start-up ramp: shortest duration (0 and no ramp_max_velocity: no ramp)
         self.ramp_max_velocity = ramp_max_velocity  # start-up ramp: units per second, 0: no speed bound
         self._starting = True  # the next streamed command starts the start-up ramp
@@ -79,8 +81,17 @@ class CommandLogic:
     def set_input_status(self, ok: bool, reason: str, now_ns: int) -> None:
         self._input_seen_ns = now_ns
         if ok and self._input_fault:
-            self._fresh_after_ns = now_ns
+            self._require_fresh(now_ns, WAITING_FOR_FRESH_CHUNK)
         self._input_fault = "" if ok else f"inputs: {reason}"
+
+    def _require_fresh(self, after_ns: int, reason: str) -> None:
+        """From now on only chunks from observations taken at or after `after_ns` are followed;
+        holding with `reason` while the chunk in hand is older."""
+        if self._fresh_after_ns is None or after_ns >= self._fresh_after_ns:
+            self._fresh_after_ns, self._stale_reason = after_ns, reason
+
+    def _stale(self, chunk: TimedChunk) -> bool:
+        return self._fresh_after_ns is not None and chunk.stamp_ns < self._fresh_after_ns
 
     def hold_reason(self, t_ns: int) -> str:
         """Why the controller must hold at `t_ns`; "" when it can stream."""
@@ -93,8 +104,8 @@ class CommandLogic:
             return self._chunk_fault
         if self.chunk is None:
             return WAITING_FOR_CHUNK
-        if self._fresh_after_ns is not None and self.chunk.stamp_ns < self._fresh_after_ns:
-            return WAITING_FOR_FRESH_CHUNK
+        if self._stale(self.chunk):
+            return self._stale_reason
         if t_ns > self.chunk.end_ns:
             return CHUNK_RAN_OUT
         if self._starting and self.ramps and self._measured is None:
@@ -104,6 +115,8 @@ class CommandLogic:
     def tick(self, t_ns: int) -> Command | None:
         """The command for instant `t_ns`; None when holding with no known position to hold."""
         reason = self.hold_reason(t_ns)
+        if reason == CHUNK_RAN_OUT and not self._stale(self.chunk):  # the arm stops: chunks planned before are stale
+            self._require_fresh(self.chunk.end_ns, CHUNK_RAN_OUT)
         if reason:
             if self._ramp is not None:  # the start was cut short: start again from where the arm is then
                 self._ramp, self._starting = None, True

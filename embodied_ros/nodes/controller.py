@@ -327,6 +327,8 @@ class ControllerNode(GraphNode):
             values["unset_limits"] = ",".join(self.logic.limits.unset())
         if self._last_chunk is not None:
             values["chunk_age_ms"] = f"{(self.now_ns() - self._last_chunk.stamp_ns) / 1e6:.1f}"
+        if self.logic is not None and self.logic.chunk is not None:  # the observation behind the chunk it follows
+            values["chunk_stamp_ns"] = str(self.logic.chunk.stamp_ns)
         if not self.active:
             return diagnostic_status(name, HARDWARE_ID, DiagnosticStatus.WARN, "inactive", values)
         if self.hold_reason:

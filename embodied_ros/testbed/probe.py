@@ -3,7 +3,8 @@
     python -m embodied_ros.testbed.probe [--duration S]
 
 One line per event, times in ns on this machine's clock (every namespace shares it):
-  {"kind": "state", "t": T, "message": "holding: action chunk ran out"}   the controller's /diagnostics
+  {"kind": "state", "t": T, "message": "streaming", "chunk_stamp": STAMP}  the controller's /diagnostics
+                                                                         (STAMP: its chunk's observation)
   {"kind": "chunk", "t": ARRIVAL, "stamp": OBSERVATION_STAMP, "end": LAST_ROW_INSTANT}
   {"kind": "command", "t": TICK, "positions": [...]}                       embodied/commanded
 It ends after `--duration` seconds (default: until SIGINT or SIGTERM); `testbed/recording.py`
@@ -26,6 +27,7 @@ from sensor_msgs.msg import JointState
 from embodied_ros.inputs.stamps import time_to_ns
 from embodied_ros.msg import ActionChunk
 from embodied_ros.node_infra.topics import ACTION_CHUNK, COMMANDED, DIAGNOSTICS, DIAGNOSTICS_QOS, stage_topic
+from embodied_ros.node_infra.stats import status_values
 from embodied_ros.node_infra.topics import command_qos, stage_qos
 
 
@@ -44,7 +46,9 @@ class RobotSideProbe(Node):
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
             if status.name.endswith(": controller"):
-                self._emit(kind="state", t=time_to_ns(msg.header.stamp), message=status.message)
+                stamp = status_values(status).get("chunk_stamp_ns")
+                self._emit(kind="state", t=time_to_ns(msg.header.stamp), message=status.message,
+                           chunk_stamp=int(stamp) if stamp else None)
 
     def _on_chunk(self, msg: ActionChunk) -> None:
         if msg.horizon == 0:

@@ -6,10 +6,10 @@ processes killed) and ends at `healed_ns` (the link back, the processes restarte
   of the last chunk it had received by then (<= one command period means it held in time; it may
   be negative: a trajectory command is meant one period ahead);
 - resume: the first "streaming" state after the heal, minus the heal;
-- stale commands: commands after the hold that moved away from the held position before the
-  controller streamed again and before the first chunk made from an observation taken after the
-  fault reached the probe (must be 0; the controller's own state bounds it, as the probe's reader
-  may rediscover a restarted publisher later than the controller's);
+- stale commands: commands after the hold that moved the arm while the controller followed a chunk
+  made from an observation taken before the fault began, or while it reported holding (the
+  controller's reports name the observation behind the chunk it follows; a command goes out up to
+  one period before the report of the state it starts); counted until it follows a fresh chunk;
 and over a whole run: chunk rate, the age of the observation behind each chunk at its arrival,
 the command period error.
 """
@@ -44,7 +44,7 @@ class FaultOutcome:
 class Recording:
     def __init__(self):
         self._lock = threading.Lock()
-        self.states: list[tuple[int, str]] = []
+        self.states: list[tuple[int, str, int | None]] = []  # (t, message, stamp of the chunk it follows)
         self.chunks: list[Chunk] = []
         self.commands: list[tuple[int, tuple[float, ...]]] = []
 
@@ -55,7 +55,7 @@ class Recording:
             return  # not an event (a log line of the probe's process)
         with self._lock:
             if event.get("kind") == "state":
-                self.states.append((event["t"], event["message"]))
+                self.states.append((event["t"], event["message"], event.get("chunk_stamp")))
             elif event.get("kind") == "chunk":
                 self.chunks.append(Chunk(event["t"], event["stamp"], event["end"]))
             elif event.get("kind") == "command":
@@ -75,7 +75,7 @@ class Recording:
 
     def first_state(self, prefix: str, after_ns: int) -> int | None:
         with self._lock:
-            return next((t for t, message in self.states if t >= after_ns and message.startswith(prefix)), None)
+            return next((t for t, message, _ in self.states if t >= after_ns and message.startswith(prefix)), None)
 
     def streaming_since(self, after_ns: int) -> bool:
         return self.first_state(STREAMING, after_ns) is not None
@@ -97,7 +97,7 @@ class Recording:
             raise ValueError("no chunk arrived before the hold")
         return (hold_ns - last_end) / 1e6, all(p == positions[0] for p in positions)
 
-    def fault_outcome(self, fault_ns: int, healed_ns: int) -> FaultOutcome:
+    def fault_outcome(self, fault_ns: int, healed_ns: int, period_ns: int) -> FaultOutcome:
         """What one fault measured; ValueError when the controller never held or never resumed."""
         hold_ns = self.first_state(RAN_OUT, fault_ns)
         resumed_ns = self.first_state(STREAMING, healed_ns)
@@ -106,13 +106,20 @@ class Recording:
                              f"after the fault at {fault_ns}")
         with self._lock:
             last_end = max((c.end_ns for c in self.chunks if c.arrival_ns <= hold_ns), default=None)
-            fresh = [c.arrival_ns for c in self.chunks if c.stamp_ns >= fault_ns]
+            reports = [(t, stamp) for t, message, stamp in self.states
+                       if t >= hold_ns and message.startswith(STREAMING)]
             commands = [(t, p) for t, p in self.commands if t >= hold_ns]
         if last_end is None:
             raise ValueError("no chunk arrived before the hold")
-        moving_allowed_ns = min(min(fresh, default=resumed_ns), resumed_ns)
+        fresh_ns = next((t for t, stamp in reports if stamp is not None and stamp >= fault_ns), None)
         held = commands[0][1] if commands else ()
-        stale = sum(1 for t, positions in commands if t < moving_allowed_ns and positions != held)
+        stale = 0
+        for t, positions in commands:
+            if fresh_ns is not None and t >= fresh_ns - period_ns:
+                break
+            followed = [stamp for report_t, stamp in reports if report_t <= t + period_ns]
+            if positions != held and (not followed or followed[-1] is None or followed[-1] < fault_ns):
+                stale += 1
         return FaultOutcome((hold_ns - last_end) / 1e6, (resumed_ns - healed_ns) / 1e6, stale)
 
     def stream_figures(self, start_ns: int, end_ns: int, period_s: float) -> dict[str, float]:
