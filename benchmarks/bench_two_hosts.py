@@ -246,7 +246,7 @@ def part_faults(name: str, workdir: Path, repeats: int, domain: int) -> str:
                                  "2 s of 50% loss": []}
     failures: dict[str, int] = {kind: 0 for kind in outcomes}
     with TwoHosts() as net:
-        graph = SplitGraph(net, config, spec, domain, Path(tempfile.mkdtemp(dir=workdir)))
+        graph = SplitGraph(net, config, spec, domain, Path(tempfile.mkdtemp(dir=workdir)), respawn=True)
         graph.start()
         try:
             if not graph.wait_streaming(0, 180):
@@ -263,7 +263,8 @@ def part_faults(name: str, workdir: Path, repeats: int, domain: int) -> str:
                         continue
                     time.sleep(1.0)
                     try:
-                        outcomes[kind].append(graph.recording.fault_outcome(fault_ns, healed_ns, round(period_ms * 1e6)))
+                        outcomes[kind].append(graph.recording.fault_outcome(fault_ns, healed_ns,
+                                                                            round(period_ms * 1e6)))
                     except ValueError as error:  # a loss burst that never emptied the chunk: no hold
                         outcomes[kind].append(None)
                         print(f"{kind}: {error}", flush=True)
@@ -280,7 +281,9 @@ def part_faults(name: str, workdir: Path, repeats: int, domain: int) -> str:
                      "hold - chunk end ms (max)": f"{max(delays):+.1f}" if delays else "-",
                      "resume ms p50 / max": f"{np.median(resumes):.0f} / {max(resumes):.0f}" if resumes else "-",
                      "stale commands": sum(r.stale_commands for r in held)})
-    return common.markdown_table(rows)
+    restarts = ", ".join(f"{name} (exit {code})" for name, code in graph.respawned) or "none"
+    return (common.markdown_table(rows) + "\n\nInference processes that ended on their own and were restarted, as "
+            f"launch's respawn:=true does (a stalled process exits after compute.stall_exit_s): {restarts}.")
 
 
 def recover(graph: SplitGraph) -> None:

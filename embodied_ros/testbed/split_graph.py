@@ -38,8 +38,11 @@ def two_hosts_environment(domain_id: int) -> dict[str, str]:
 
 
 class SplitGraph:
-    def __init__(self, net: TwoHosts, config: GraphConfig, spec: ModelSpec, domain_id: int, log_dir: Path):
+    def __init__(self, net: TwoHosts, config: GraphConfig, spec: ModelSpec, domain_id: int, log_dir: Path,
+                 respawn: bool = False):
         self.net = net
+        self.respawn = respawn  # restart inference processes that end on their own, as launch's respawn:=true
+        self.respawned: list[tuple[str, int]] = []  # (process, exit code) of each restart that made
         self.config = replace(config, layout="separate")
         self.spec = spec
         self.env = two_hosts_environment(domain_id)
@@ -67,6 +70,8 @@ class SplitGraph:
         """Whether the controller reported streaming after `since_ns` within `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         while not self.recording.streaming_since(since_ns):
+            if self.respawn:
+                self._respawn_ended()
             if time.monotonic() > deadline or self.exited():
                 return False
             time.sleep(0.02)
@@ -80,6 +85,13 @@ class SplitGraph:
     def restart_inference(self) -> None:
         for name in self.nodes["inference"]:
             self.hosts["inference"].spawn(name)
+
+    def _respawn_ended(self) -> None:
+        inference = self.hosts["inference"]
+        for name, code in inference.exited().items():
+            if code != -9:  # not one kill_inference killed (restart_inference brings those back)
+                self.respawned.append((name, code))
+                inference.spawn(name)
 
     def exited(self) -> dict[str, int]:
         """Processes that ended on their own (not the ones `kill_inference` killed and not yet restarted)."""
