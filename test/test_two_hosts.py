@@ -146,6 +146,15 @@ def test_fault_outcome_times_the_hold_and_the_resume_and_finds_no_stale_command_
         recording.fault_outcome(fault_ns=200, healed_ns=500, period_ns=20)
 
 
+def test_the_hold_is_timed_from_the_end_of_the_chunk_the_controller_followed():
+    # under loss the probe got a later chunk (stamp 120) the controller never had (its report: 50)
+    recording = _recording(*HELD_AFTER_A_FAULT, '{"kind": "chunk", "t": 230, "stamp": 120, "end": 320}')
+    assert recording.hold_after(200)[0] == pytest.approx(-10e-6)
+    recording = _recording('{"kind": "chunk", "t": 100, "stamp": 50, "end": 250}',
+                           '{"kind": "state", "t": 240, "message": "holding: action chunk ran out"}')
+    assert recording.hold_after(200)[0] == pytest.approx(-10e-6)  # a report without the stamp: the probe's view
+
+
 def test_commands_from_a_chunk_made_before_the_fault_are_stale_until_a_fresh_one_is_followed():
     recording = _recording(*HELD_AFTER_A_FAULT,
                            '{"kind": "command", "t": 320, "positions": [1.5]}',  # moved while reported holding

@@ -3,8 +3,10 @@
 Times are ns on the machine's clock. A fault starts at `fault_ns` (the link cut, the inference
 processes killed) and ends at `healed_ns` (the link back, the processes restarted):
 - hold delay: the controller's first "action chunk ran out" hold after the fault, minus the end
-  of the last chunk it had received by then (<= one command period means it held in time; it may
-  be negative: a trajectory command is meant one period ahead);
+  of the chunk it had followed (the report names the observation behind it; the probe's own
+  chunks may differ from the controller's under loss, each reader getting its own resends)
+  (<= one command period means it held in time; it may be negative: a trajectory command is meant
+  one period ahead);
 - resume: the first "streaming" state after the heal, minus the heal;
 - stale commands: commands after the hold that moved the arm while the controller followed a chunk
   made from an observation taken before the fault began, or while it reported holding (the
@@ -85,13 +87,13 @@ class Recording:
             return sum(chunk.arrival_ns >= after_ns for chunk in self.chunks)
 
     def hold_after(self, fault_ns: int) -> tuple[float, bool] | None:
-        """(ms from the last chunk's end to the controller's hold after `fault_ns`, whether every command
-        since the hold stayed at the held position); None before the controller holds."""
+        """(ms from the followed chunk's end to the controller's hold after `fault_ns`, whether every
+        command since the hold stayed at the held position); None before the controller holds."""
         hold_ns = self.first_state(RAN_OUT, fault_ns)
         if hold_ns is None:
             return None
         with self._lock:
-            last_end = max((c.end_ns for c in self.chunks if c.arrival_ns <= hold_ns), default=None)
+            last_end = self._end_of_followed(hold_ns)
             positions = [p for t, p in self.commands if t >= hold_ns]
         if last_end is None:
             raise ValueError("no chunk arrived before the hold")
@@ -105,7 +107,7 @@ class Recording:
             raise ValueError(f"the controller {'never held' if hold_ns is None else 'never resumed'} "
                              f"after the fault at {fault_ns}")
         with self._lock:
-            last_end = max((c.end_ns for c in self.chunks if c.arrival_ns <= hold_ns), default=None)
+            last_end = self._end_of_followed(hold_ns)
             reports = [(t, stamp) for t, message, stamp in self.states
                        if t >= hold_ns and message.startswith(STREAMING)]
             commands = [(t, p) for t, p in self.commands if t >= hold_ns]
@@ -121,6 +123,14 @@ class Recording:
             if positions != held and (not followed or followed[-1] is None or followed[-1] < fault_ns):
                 stale += 1
         return FaultOutcome((hold_ns - last_end) / 1e6, (resumed_ns - healed_ns) / 1e6, stale)
+
+    def _end_of_followed(self, hold_ns: int) -> int | None:
+        """The end of the chunk the controller followed until its hold at `hold_ns` (its report's
+        stamp plus a chunk's length); without a stamp, the newest end among the probe's chunks."""
+        stamp = next((stamp for t, _, stamp in self.states if t == hold_ns), None)
+        if stamp is not None and self.chunks:
+            return stamp + self.chunks[-1].end_ns - self.chunks[-1].stamp_ns
+        return max((c.end_ns for c in self.chunks if c.arrival_ns <= hold_ns), default=None)
 
     def stream_figures(self, start_ns: int, end_ns: int, period_s: float) -> dict[str, float]:
         """Chunk rate, observation age at the chunk's arrival (p50/p99), command period error p99,
