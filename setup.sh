@@ -15,7 +15,7 @@ BUILD="$ROOT/build/venv"
 STAMPS="$VENV/.embodied_ros"
 PYTHON="${PYTHON:-python3}"
 STEP=0
-STEPS=7
+STEPS=8
 T0=$(date +%s)
 
 step() { STEP=$((STEP + 1)); printf '[setup %d/%d] %s\n' "$STEP" "$STEPS" "$*"; }
@@ -68,6 +68,19 @@ else
   fi
   echo "  $(sed -n 's/^Successfully installed //p' "$ROOT/build/pip.log" | wc -w) packages installed"
   mark requirements "$REQ_DIGEST"
+fi
+
+step "the two-host test bed's loss rules (nftables)"
+if command -v nft >/dev/null || command -v /usr/sbin/nft >/dev/null; then
+  echo "  present"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  mkdir -p "$ROOT/build"
+  { apt-get install -y -q --no-install-recommends nftables || { apt-get update -q \
+      && apt-get install -y -q --no-install-recommends nftables; }; } > "$ROOT/build/apt-nftables.log" 2>&1 \
+    && echo "  installed nftables (apt-get)" \
+    || echo "  note: apt-get could not install nftables (build/apt-nftables.log): the test bed cannot drop packets here"
+else
+  echo "  note: the two-host test bed drops packets with nftables: as root, apt-get install nftables"
 fi
 
 step "the Meta-World simulator (requirements/sim.txt; OSMesa and libGL for offscreen rendering)"

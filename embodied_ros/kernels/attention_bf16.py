@@ -225,7 +225,8 @@ def _rounded_in_float32(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.nd
         scores = np.ascontiguousarray(to_bf16_values(q_groups[g]) @ to_bf16_values(k[:, g]).T)
         _numerators(scores, scores.shape[0], k.shape[0], np.float32(width ** -0.5), bias, group, inv_totals)
         out[g] = (to_bf16_values(scores) @ to_bf16_values(v[:, g])) * inv_totals[:, None]
-    return out.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
+    heads_last = out.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(heads_last).reshape(n_queries, n_heads, width)
 
 
 @kernel("attention_bf16", "numba")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import Sequence
@@ -149,6 +150,9 @@ class TwoHosts:
                        capture_output=True)
         if not loss_percent:
             return
+        if shutil.which("nft") is None:
+            raise RuntimeError("random loss on the link needs nftables' nft (as root: apt-get install nftables; "
+                               "./setup.sh installs it)")
         rules = (f"table inet {table} {{\n chain output {{\n  type filter hook output priority 0; policy accept;\n"
                  f'  oifname "{self.interfaces[host]}" numgen random mod 100 < {loss_percent} drop\n }}\n}}\n')
         _run("ip", "netns", "exec", namespace, "nft", "-f", "-", stdin=rules)
