@@ -148,7 +148,7 @@ fi
 "$VENV/bin/embodied-ros" --version | sed 's/^/  /'
 
 step "compiling the CPU kernels (numba cache, so the first start does not wait for it)"
-KERNEL_DIGEST="$(digest "$ROOT"/embodied_ros/kernels/*.py "$ROOT"/bundles/*.gguf <(echo "$REQ_DIGEST"))"
+KERNEL_DIGEST="$(digest "$ROOT"/embodied_ros/kernels/*.py "$ROOT"/embodied_ros/kernels/cpu/*.py "$ROOT"/bundles/*.gguf <(echo "$REQ_DIGEST"))"
 if fresh kernels "$KERNEL_DIGEST"; then
   echo "  up to date"
 else

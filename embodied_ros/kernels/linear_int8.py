@@ -3,8 +3,8 @@
 x is quantized per 32-wide block as llama.cpp's CPU backend does for Q8_0 (kernels/cpu/int8_gemm.py);
 each block's int8 sum is exact, then scaled by d_w * d_x and summed in float32. The reference
 quantizes x the same way in numpy and sums in float64; the numba kernel runs `vpdpbusd` where the
-CPU has AVX512-VNNI (`INT8_PRODUCTS`), else the reference. `pack_for_products` makes Q8Weights
-from Q8_0 weights where the CPU has the instruction.
+CPU has AVX512-VNNI, `vpmaddubsw` where it has AVX2 and no AVX-512 (`INT8_PRODUCTS`), else the
+reference. `pack_for_products` makes Q8Weights from Q8_0 weights where the CPU has either.
 """
 
 from __future__ import annotations
@@ -13,15 +13,13 @@ import os
 
 import numpy as np
 
-from embodied_ros.kernels.cpu.int8_gemm import (Q8Weight, int8_products_available, matmul_q8,  # noqa: F401
-                                             pack_q8_0, quantize_activations)
-from embodied_ros.kernels.cpu.jit import vector_units_available
+from embodied_ros.kernels.cpu.int8_gemm import (INT8_UNIT, Q8Weight, matmul_q8, pack_q8_0,  # noqa: F401
+                                             quantize_activations)
 from embodied_ros.kernels.quant import random_quant_tensor
 from embodied_ros.kernels.registry import kernel, reference
 
 # EMBODIED_ROS_INT8_PRODUCTS=0 keeps today's products (Q8_0 decoded to float32 as it is packed)
-INT8_PRODUCTS = (vector_units_available() and int8_products_available()
-                 and os.environ.get("EMBODIED_ROS_INT8_PRODUCTS", "1") != "0")
+INT8_PRODUCTS = INT8_UNIT is not None and os.environ.get("EMBODIED_ROS_INT8_PRODUCTS", "1") != "0"
 
 
 def _examples(rng: np.random.Generator) -> list[tuple]:

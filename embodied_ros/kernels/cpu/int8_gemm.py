@@ -10,6 +10,15 @@ int32 sum per block instead of 34 bytes) into panels of 32 output features: per 
 [32 features, 4 consecutive k] int8, so one 64-byte vector holds 16 features' 4 weights and one
 instruction adds 4 products into each feature's int32 sum. The register tile takes up to 6 rows
 of x: 12 int32 block sums and 12 float32 sums.
+
+On CPUs with AVX2 and no AVX-512 (`INT8_UNIT` "avx2") the same panels are read 8 features a vector:
+without `vpdpbusd`, a step's 4 products per feature are `vpmaddubsw` of |q_w| and q_x signed by q_w
+(pairs summed in int16, at most 2 * 127 * 127, no saturation) then `vpmaddwd` by ones into int32;
+x goes in signed (q_x + 128 with its top bit flipped), no correction. The tile takes up to 4 rows by
+half a panel (2 vectors), its float32 sums in y itself, updated once a block. At the action expert's
+50 rows a pi0.5 expert layer runs at about float32's speed, 1.8x faster than decoding Q8_0 to float32
+for each product (BENCHMARKS.md, pi05_matrix_units_avx2_only); at more than AVX2_MAX_ROWS rows
+OpenBLAS's float32 product is faster, so the panels are decoded into a float32 buffer for it.
 """
 
 from __future__ import annotations
@@ -27,7 +36,6 @@ from numba.extending import intrinsic
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL
 
-MAX_ROWS = 6
 BLOCK = 32
 DEPTH_BLOCKS = 16  # 32-blocks per pass over a panel: 16 x 1.25 KiB = 20 KiB, in L1
 _BLOCK_BYTES = 8 * PANEL * 4  # int8 weights of one block of a panel
@@ -37,6 +45,21 @@ def int8_products_available() -> bool:
     """True where the CPU adds 4 byte products per int32 lane in one instruction (AVX512-VNNI)."""
     features = llvm_binding.get_host_cpu_features()
     return bool(features.get("avx512f", False) and features.get("avx512vnni", False))
+
+
+def int8_unit() -> str | None:
+    """The instructions Q8_0 products run on here: "avx512_vnni", "avx2" (no AVX-512) or None."""
+    if int8_products_available():
+        return "avx512_vnni"
+    features = llvm_binding.get_host_cpu_features()
+    if features.get("avx2", False) and features.get("fma", False) and not features.get("avx512f", False):
+        return "avx2"
+    return None
+
+
+INT8_UNIT = int8_unit()
+MAX_ROWS = 4 if INT8_UNIT == "avx2" else 6
+AVX2_MAX_ROWS = 64  # above this many rows of x, AVX2 CPUs decode the panels for OpenBLAS
 
 
 @intrinsic
@@ -58,6 +81,10 @@ def tile_q8(typingctx, rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_
     def codegen(context, builder, sig, args):
         (_, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_addr, c_addr, ldc, blocks, accumulate,
          bias_addr) = args
+        if INT8_UNIT == "avx2":
+            _avx2_tile(builder, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, c_addr, ldc, blocks,
+                       accumulate, bias_addr)
+            return context.get_dummy_value()
         f32, i8, i32, i64 = ir.FloatType(), ir.IntType(8), ir.IntType(32), ir.IntType(64)
         floats, ints = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
         xq, wq = (builder.inttoptr(v, i8.as_pointer()) for v in (xq_addr, wq_addr))
@@ -114,6 +141,80 @@ def tile_q8(typingctx, rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_
         return context.get_dummy_value()
 
     return signature, codegen
+
+
+def _avx2_tile(builder, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, c_addr, ldc, blocks, accumulate,
+               bias_addr) -> None:
+    """tile_q8's LLVM IR for AVX2 (module doc): vectors of 8 features, y updated once a block."""
+    lanes = LANES // 2
+    f32, i1, i8, i16, i32, i64 = (ir.FloatType(), ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32),
+                                  ir.IntType(64))
+    floats, ints = ir.VectorType(f32, lanes), ir.VectorType(i32, lanes)
+    shorts, octets = ir.VectorType(i16, 2 * lanes), ir.VectorType(i8, 4 * lanes)
+    xq, wq = (builder.inttoptr(v, i8.as_pointer()) for v in (xq_addr, wq_addr))
+    xd, ws, c, bias = (builder.inttoptr(v, f32.as_pointer()) for v in (xd_addr, ws_addr, c_addr, bias_addr))
+
+    def declare(name, result, operands):
+        return cgutils.get_or_insert_function(builder.module, ir.FunctionType(result, operands), name)
+
+    sign = declare("llvm.x86.avx2.psign.b", octets, [octets, octets])
+    pairs = declare("llvm.x86.avx2.pmadd.ub.sw", shorts, [octets, octets])
+    quads = declare("llvm.x86.avx2.pmadd.wd", ints, [shorts, shorts])
+    magnitude = declare("llvm.abs.v32i8", octets, [octets, i1])
+    fma = declare("llvm.fma.v8f32", floats, [floats] * 3)
+    zero, ones = ir.Constant(ints, [0] * lanes), ir.Constant(shorts, [1] * 2 * lanes)
+    flip = ir.Constant(octets, [-128] * 4 * lanes)
+    undef_i, undef_f = ir.Constant(ints, ir.Undefined), ir.Constant(floats, ir.Undefined)
+    splat = ir.Constant(ints, [0] * lanes)
+    vectors = PANEL // lanes
+
+    def load(base, byte_offset, kind):
+        pointer = builder.gep(builder.bitcast(base, i8.as_pointer()), [byte_offset])
+        return builder.load(builder.bitcast(pointer, kind.as_pointer()), align=1)
+
+    def y_at(base, r, v):
+        offset = builder.add(builder.mul(ldc, ir.Constant(i64, r)), ir.Constant(i64, lanes * v))
+        return builder.bitcast(builder.gep(base, [offset]), floats.as_pointer())
+
+    for r in range(n_rows):
+        for v in range(vectors):
+            start = builder.select(accumulate, builder.load(y_at(c, r, v), align=4),
+                                   builder.load(y_at(bias, 0, v), align=4))
+            builder.store(start, y_at(c, r, v), align=4)
+    # Half a panel at a time: 2 vectors' block sums for each row, |q_w| and q_w held for the rows,
+    # within AVX2's 16 registers.
+    for half in (range(0, 2), range(2, 4)):
+        sums = {(r, v): cgutils.alloca_once_value(builder, zero) for r in range(n_rows) for v in half}
+        with cgutils.for_range(builder, blocks) as loop:
+            b = loop.index
+            for total in sums.values():
+                builder.store(zero, total)
+            with cgutils.for_range(builder, ir.Constant(i64, 8)) as steps:
+                w_start = builder.add(builder.mul(b, ir.Constant(i64, _BLOCK_BYTES)),
+                                      builder.mul(steps.index, ir.Constant(i64, PANEL * 4)))
+                w = {v: load(wq, builder.add(w_start, ir.Constant(i64, 32 * v)), octets) for v in half}
+                w_abs = {v: builder.call(magnitude, [w[v], ir.Constant(i1, 0)]) for v in half}
+                k = builder.add(builder.mul(b, ir.Constant(i64, BLOCK)), builder.mul(steps.index, ir.Constant(i64, 4)))
+                for r in range(n_rows):
+                    quad = load(xq, builder.add(builder.mul(ldq, ir.Constant(i64, r)), k), i32)
+                    x = builder.shuffle_vector(builder.insert_element(undef_i, quad, ir.Constant(i32, 0)), undef_i,
+                                               splat)
+                    x = builder.xor(builder.bitcast(x, octets), flip)  # q_x + 128 -> q_x
+                    for v in half:
+                        products = builder.call(pairs, [w_abs[v], builder.call(sign, [x, w[v]])])
+                        builder.store(builder.add(builder.load(sums[r, v]), builder.call(quads, [products, ones])),
+                                      sums[r, v])
+            for v in half:
+                column = builder.add(builder.mul(b, ir.Constant(i64, PANEL * 4)), ir.Constant(i64, 32 * v))
+                scale = load(ws, column, floats)
+                for r in range(n_rows):
+                    dx = builder.load(builder.gep(xd, [builder.add(builder.mul(ldd, ir.Constant(i64, r)), b)]))
+                    dx = builder.shuffle_vector(builder.insert_element(undef_f, dx, ir.Constant(i32, 0)), undef_f,
+                                                splat)
+                    target = y_at(c, r, v)
+                    total = builder.call(fma, [builder.sitofp(builder.load(sums[r, v]), floats),
+                                               builder.fmul(scale, dx), builder.load(target, align=4)])
+                    builder.store(total, target, align=4)
 
 
 @jit(inline="always")
@@ -264,3 +365,16 @@ def matmul_q8(x: np.ndarray, weight: Q8Weight, bias: np.ndarray | None = None) -
     else:
         _product_serial(xq, xd, weight.quants, weight.scales, weight.sums, padded_bias, y)
     return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])
+
+
+@jit(parallel=True)
+def decode_panels(quants, scales, first, last, out):  # pragma: no cover - compiled
+    """Panels first..last of a Q8Weight as float32 rows into out [32 (last - first), in]."""
+    for p in numba.prange(first, last):
+        for f in range(PANEL):  # row by row: the writes run along out's rows, the panel (in L2) is read across
+            row = PANEL * (p - first) + f
+            for b in range(quants.shape[1]):
+                d = scales[p, b, f]
+                for s in range(8):
+                    for j in range(4):
+                        out[row, BLOCK * b + 4 * s + j] = quants[p, b, s, f, j] * d

@@ -1,0 +1,54 @@
+"""Q8_0 weights multiply in int8 where the CPU can: `vpdpbusd` on AVX512-VNNI, `vpmaddubsw` on AVX2
+without AVX-512; on AVX2, products of many rows decode the packed panels for BLAS instead. On a CPU
+with neither these tests check that the stored blocks are kept (the fallback)."""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import binding as llvm_binding
+
+from embodied_ros.kernels import linear as linear_module
+from embodied_ros.kernels.cpu import int8_gemm
+from embodied_ros.kernels.cpu.int8_gemm import Q8Weight
+from embodied_ros.kernels.linear_int8 import linear_int8
+from embodied_ros.kernels.quant import QuantTensor, random_quant_tensor
+from embodied_ros.kernels.registry import KernelSet
+
+FEATURES = llvm_binding.get_host_cpu_features()
+
+
+def test_the_unit_follows_the_cpu():
+    if FEATURES.get("avx512f") and FEATURES.get("avx512vnni"):
+        assert int8_gemm.INT8_UNIT == "avx512_vnni"
+    elif FEATURES.get("avx2") and FEATURES.get("fma") and not FEATURES.get("avx512f"):
+        assert int8_gemm.INT8_UNIT == "avx2" and int8_gemm.MAX_ROWS == 4
+    else:
+        assert int8_gemm.INT8_UNIT is None
+
+
+def test_q8_0_products_on_the_unit_or_the_stored_blocks_kept():
+    rng = np.random.default_rng(7)
+    stored = random_quant_tensor(rng, "q8_0", (70, 96))
+    prepared = linear_module.pack_for_products(stored)
+    assert isinstance(prepared, Q8Weight if linear_module.INT8_PRODUCTS else QuantTensor)
+    ks = KernelSet("numba")
+    dense = stored.dequantize()
+    for rows in (1, 5, 50, int8_gemm.AVX2_MAX_ROWS + 1, 150):  # both sides of the AVX2 decode threshold
+        x = rng.standard_normal((rows, 96), dtype=np.float32)
+        bias = rng.standard_normal(70, dtype=np.float32)
+        y = ks.linear(x, prepared, bias)
+        decoded = int8_gemm.INT8_UNIT == "avx2" and rows > int8_gemm.AVX2_MAX_ROWS
+        if isinstance(prepared, Q8Weight) and not decoded:  # x quantized per 32-block, as the reference does
+            np.testing.assert_allclose(y, linear_int8(x, prepared, bias), rtol=1e-4, atol=1e-4)
+        else:  # float32 products of the stored values
+            np.testing.assert_allclose(y, x @ dense.T + bias, rtol=1e-4, atol=1e-4)
+
+
+def test_decoded_panels_are_the_stored_values():
+    rng = np.random.default_rng(8)
+    stored = random_quant_tensor(rng, "q8_0", (45, 64))  # a partial last panel
+    weight = int8_gemm.pack_q8_0(stored.data, stored.shape)
+    out = np.full((2 * int8_gemm.PANEL, 64), np.nan, np.float32)
+    int8_gemm.decode_panels(weight.quants, weight.scales, 0, 2, out)
+    np.testing.assert_array_equal(out[:45], stored.dequantize())
+    assert not out[45:].any()  # padding features decode to zeros
