@@ -112,7 +112,7 @@ def test_installing_the_dependencies_prints_a_count_not_every_package(sandbox):
   *) exec {sys._base_executable} "$@";;
 esac""")
     result = run_setup(repo, str(tools))
-    step = result.stdout.partition("[setup 3/7]")[2].partition("[setup 4/7]")[0]
+    step = result.stdout.partition("[setup 3/")[2].partition("[setup 4/")[0]
     assert "3 packages installed" in step, result.stdout + result.stderr
     assert "Collecting" not in result.stdout
     assert (repo / "build" / "pip.log").read_text().count("Collecting") == 40
