@@ -83,11 +83,11 @@ def test_vector_products_equal_the_reference_beside_the_tiles():
     np.testing.assert_allclose(matmul_bf16(x, weight), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
-def test_bf16_attention_is_used_where_the_tiles_are():
+def test_bf16_attention_is_used_where_a_bf16_unit_is():
     from embodied_ros.kernels import KernelSet
     from embodied_ros.kernels.attention_bf16 import BF16_ATTENTION, attention_for
     ks = KernelSet("numba")
-    assert BF16_ATTENTION == (bf16_module.BF16_UNIT == "amx")
+    assert BF16_ATTENTION == (bf16_module.BF16_UNIT in ("amx", "avx512_bf16"))
     weight = to_bf16_weight(np.ones((64, 32), np.float32))
     assert attention_for(ks, weight) is (ks.attention_bf16 if BF16_ATTENTION else ks.attention)
     assert attention_for(ks, np.ones((64, 32), np.float32)) is ks.attention
@@ -110,6 +110,31 @@ def test_bf16_attention_equals_its_reference_at_layer_sizes(tokens, heads, kv_he
     np.testing.assert_allclose(got, attention_bf16(q, k, v, bias), rtol=2e-3, atol=2e-3)
     off = np.abs(got - attention(q, k, v, bias)).max()
     assert 1e-4 < off < 3e-2, off
+
+
+@pytest.mark.skipif(not FEATURES.get("avx512bf16"), reason="needs AVX512-BF16; test_bf16_attention_is_used_where_a_"
+                                                            "bf16_unit_is checks the fallback here")
+@pytest.mark.parametrize("queries, keys, heads, kv_heads, width", [(50, 1018, 8, 1, 256), (203, 203, 5, 5, 64),
+                                                                   (37, 61, 4, 4, 72)])
+def test_bf16_attention_on_avx512_bf16_equals_its_reference(queries, keys, heads, kv_heads, width):
+    """AVX512-BF16's register tiles over the attention's panels (also on CPUs with AMX, which use the
+    tiles instead): the pi0.5 expert's 50 queries over a cache with a key bias, odd key counts and
+    widths (pairs past a panel, numerators past 32 keys), a [Tq, Tk] bias."""
+    from embodied_ros.kernels.attention_bf16 import _NO_BIAS, _NO_KEY_BIAS, _on_vector_units, attention_bf16
+    rng = np.random.default_rng(keys)
+    q = rng.standard_normal((queries, heads, width), dtype=np.float32)
+    k = rng.standard_normal((keys, kv_heads, width), dtype=np.float32)
+    v = rng.standard_normal((keys, kv_heads, width), dtype=np.float32)
+    key_bias = np.where(rng.random(keys) < 0.2, np.float32(-2.3819763e38), np.float32(0)).astype(np.float32)
+    key_bias[0] = 0
+    got = _on_vector_units(q, k, v, _NO_BIAS, key_bias)
+    np.testing.assert_allclose(got, attention_bf16(q, k, v, np.broadcast_to(key_bias, (queries, keys))),
+                               rtol=2e-3, atol=2e-3)
+    bias = np.broadcast_to(key_bias, (queries, keys)).copy()
+    bias[::2, -1] = np.float32(-2.3819763e38)
+    got = _on_vector_units(q, k, v, bias, _NO_KEY_BIAS)
+    assert got.shape == (queries, heads, width) and got.flags.c_contiguous
+    np.testing.assert_allclose(got, attention_bf16(q, k, v, bias), rtol=2e-3, atol=2e-3)
 
 
 def test_bf16_attention_reads_the_views_of_a_stacked_projection():

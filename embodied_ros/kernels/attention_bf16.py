@@ -4,13 +4,14 @@ in float32, the softmax's numerators rounded to bf16 for the product with v, eac
 float32. Shapes and masking as `attention` (attention.py).
 
 The numba kernel stacks the query heads of each kv head into one matrix, as attention.py's BLAS
-path does, and runs every kv head in one compiled call (`_tile_heads`): the head's keys, and its
-values transposed, packed into bf16 pair panels as the weights of two products on the AMX tiles
-(amx_gemm.py), the scores softmaxed in place in the first product's padded output. Without tiles
-the same rounded values multiply in float32 (a product of two bf16 values is exact in float32)
-through BLAS: the same math, for machines where layers are not sent here.
-`BF16_ATTENTION` and `attention_for` say where they are: only where the tiles make it faster than
-float32 attention.
+path does, and runs every kv head in one compiled call: the head's keys, and its values transposed,
+packed into bf16 pair panels as the weights of two products, the scores softmaxed in place and
+their numerators rounded into the second product's rows. The products run on the unit the linear
+layers use (`BF16_UNIT`): the AMX tiles (amx_gemm.py, `_attend_row_blocks`) or AVX512-BF16's
+register tiles (bf16_gemm.py, `_attend_row_blocks_vdpbf16`). Without either, the same rounded values
+multiply in float32 (a product of two bf16 values is exact in float32) through BLAS: the same math,
+for machines where layers are not sent here. `BF16_ATTENTION` and `attention_for` say where they
+are: where one of the units makes it faster than float32 attention.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 from embodied_ros.kernels.attention import _cached_examples, _check_heads, _examples, _float32
 from embodied_ros.kernels.cpu.allocator import aligned_empty
 from embodied_ros.kernels.cpu.amx_gemm import BLOCK_ROWS, TILE, block_against_panels, round_into_tile_row
-from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, bf16_bits, bf16_bits_of, padded_pairs
+from embodied_ros.kernels.cpu.bf16_gemm import MAX_ROWS, Bf16Weight, bf16_bits, bf16_bits_of, padded_pairs
+from embodied_ros.kernels.cpu.bf16_gemm import _panels as pairs_against_panels
 from embodied_ros.kernels.cpu.jit import jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 from embodied_ros.kernels.cpu.vector_attention import softmax_numerators
@@ -29,7 +31,8 @@ from embodied_ros.kernels.cpu.vector_math import exp_f32, exp_into_bf16, max_of_
 from embodied_ros.kernels.linear_bf16 import BF16_UNIT
 from embodied_ros.kernels.registry import kernel, reference
 
-BF16_ATTENTION = BF16_UNIT == "amx"
+BF16_ATTENTION = BF16_UNIT in ("amx", "avx512_bf16")
+VECTOR_BLOCK_TILES = 4  # query rows per work item on AVX512-BF16: 4 register tiles of MAX_ROWS
 _NO_KEY_BIAS = np.zeros(0, np.float32)
 _NO_BIAS = np.zeros((0, 0), np.float32)
 
@@ -104,10 +107,11 @@ def _pack_values(values, head, panels):  # pragma: no cover - compiled
 
 
 @jit(inline="always")
-def _numerators_into_tiles(row, scale, bias, bias_row, key_bias, tiles, r):  # pragma: no cover - compiled
-    """A row of raw scores -> its softmax numerators rounded to bf16 as row r of the A tiles [2, steps,
-    16, 32] (zero past the row's end); returns 1 / the sum of the float32 numerators. bias [Tq, Tk] and
-    key_bias [Tk] may be empty; the row is changed in place where a bias is added."""
+def _numerators_into_steps(row, scale, bias, bias_row, key_bias, steps):  # pragma: no cover - compiled
+    """A row of raw scores -> its softmax numerators rounded to bf16 into steps [n, 32] uint16 (a row of
+    consecutive A tiles, or a row of bf16 pairs), zero past the row's end; returns 1 / the sum of the
+    float32 numerators. bias [Tq, Tk] and key_bias [Tk] may be empty; the row is changed in place where
+    a bias is added."""
     factor = scale
     if bias.shape[0]:
         for j in range(row.shape[0]):
@@ -122,10 +126,9 @@ def _numerators_into_tiles(row, scale, bias, bias_row, key_bias, tiles, r):  # p
     top = max_of_chunks(row.ctypes.data, full) if full else row[0]
     for k in range(2 * TILE * full, n_keys):
         top = max(top, row[k])
-    first = tiles[r // TILE, 0, r % TILE]
-    total = exp_into_bf16(row.ctypes.data, full, top, factor, first.ctypes.data, tiles.strides[1])
-    for step in range(full, tiles.shape[1]):
-        out = tiles[r // TILE, step, r % TILE]
+    total = exp_into_bf16(row.ctypes.data, full, top, factor, steps.ctypes.data, steps.strides[0])
+    for step in range(full, steps.shape[0]):
+        out = steps[step]
         for i in range(2 * TILE):
             k = 2 * TILE * step + i
             e = exp_f32((row[k] - top) * factor) if k < n_keys else np.float32(0.0)
@@ -181,8 +184,8 @@ def _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, key_bias, scal
                                  q_w.shape[1])
             for r in range(BLOCK_ROWS):
                 if r < valid:
-                    inv[r] = _numerators_into_tiles(s_w[r, :n_keys], scale, bias, (first + r) // group, key_bias,
-                                                    p_w, r)
+                    inv[r] = _numerators_into_steps(s_w[r, :n_keys], scale, bias, (first + r) // group, key_bias,
+                                                    p_w[r // TILE, :, r % TILE])
                 else:
                     p_w[r // TILE, :, r % TILE, :] = 0
             block_against_panels(p_w.ctypes.data, p_w.strides[0], value_panels[g].ctypes.data,
@@ -193,6 +196,73 @@ def _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, key_bias, scal
                 target = out[row // group, g * group + row % group]
                 for c in range(width):
                     target[c] = a_w[r, c] * inv[r]
+
+
+@jit(inline="always")
+def _round_into_pairs(values, n, out):  # pragma: no cover - compiled
+    """values[:n] float32 -> out [pairs] uint32 bf16 pairs (even index in the low half), zero past n."""
+    full = n // 2
+    for j in range(full):
+        out[j] = bf16_bits_of(values[2 * j]) | (bf16_bits_of(values[2 * j + 1]) << np.uint32(16))
+    for j in range(full, out.shape[0]):
+        out[j] = bf16_bits_of(values[2 * j]) if 2 * j < n else np.uint32(0)
+
+
+@jit(parallel=True, fastmath={"reassoc", "contract"})
+def _attend_row_blocks_vdpbf16(q, key_panels, value_panels, n_keys, bias, key_bias, scale, q_pairs, scores,
+                               numerator_steps, numerator_pairs, attended, inv_totals, zeros,
+                               out):  # pragma: no cover - compiled
+    """_attend_row_blocks with AVX512-BF16's register tiles (bf16_gemm.py) instead of the AMX tiles:
+    the same panels, the block's rows held as bf16 pair rows ([workers, block, pairs] uint32; the
+    numerators written as [workers, block, pairs / 16, 32] uint16, the same memory)."""
+    n_queries, n_heads, width = q.shape
+    n_kv = key_panels.shape[0]
+    group = n_heads // n_kv
+    rows = n_queries * group
+    block = q_pairs.shape[1]
+    row_blocks = -(-rows // block)
+    workers = q_pairs.shape[0]
+    items = n_kv * row_blocks
+    for worker in numba.prange(workers):
+        q_w, s_w, n_w, p_w, a_w, inv = (q_pairs[worker], scores[worker], numerator_steps[worker],
+                                        numerator_pairs[worker], attended[worker], inv_totals[worker])
+        for item in range(worker * items // workers, (worker + 1) * items // workers):
+            g, first = item // row_blocks, (item % row_blocks) * block
+            valid = min(block, rows - first)
+            for r in range(valid):
+                row = first + r
+                _round_into_pairs(q[row // group, g * group + row % group], width, q_w[r])
+            pairs_against_panels(q_w[:valid], key_panels[g], zeros, s_w[:valid], 0, key_panels.shape[1])
+            for r in range(valid):
+                inv[r] = _numerators_into_steps(s_w[r, :n_keys], scale, bias, (first + r) // group, key_bias, n_w[r])
+            pairs_against_panels(p_w[:valid], value_panels[g], zeros, a_w[:valid], 0, value_panels.shape[1])
+            for r in range(valid):
+                row = first + r
+                target = out[row // group, g * group + row % group]
+                for c in range(width):
+                    target[c] = a_w[r, c] * inv[r]
+
+
+def _on_vector_units(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, key_bias: np.ndarray) -> np.ndarray:
+    n_queries, n_heads, width = q.shape
+    n_keys, n_kv = k.shape[0], k.shape[1]
+    width_pairs, key_pairs = -(-width // 2), padded_pairs(n_keys)  # the numerators are written 32 at a time
+    key_panels = aligned_empty((n_kv, -(-n_keys // PANEL), width_pairs, PANEL), np.uint32)
+    value_panels = aligned_empty((n_kv, -(-width // PANEL), key_pairs, PANEL), np.uint32)
+    _pack_heads(k, v, key_panels, value_panels)
+    block = VECTOR_BLOCK_TILES * MAX_ROWS
+    workers = max(1, min(numba.get_num_threads(), n_kv * -(-n_queries * (n_heads // n_kv) // block)))
+    q_pairs = aligned_empty((workers, block, width_pairs), np.uint32)
+    scores = aligned_empty((workers, block, key_panels.shape[1] * PANEL), np.float32)
+    numerator_steps = aligned_empty((workers, block, key_pairs // TILE, 2 * TILE), np.uint16)
+    numerator_pairs = numerator_steps.view(np.uint32).reshape(workers, block, key_pairs)
+    attended = aligned_empty((workers, block, value_panels.shape[1] * PANEL), np.float32)
+    zeros = np.zeros(PANEL * max(key_panels.shape[1], value_panels.shape[1]), np.float32)
+    out = np.empty(q.shape, np.float32)
+    _attend_row_blocks_vdpbf16(q, key_panels, value_panels, n_keys, bias, key_bias, np.float32(width ** -0.5),
+                               q_pairs, scores, numerator_steps, numerator_pairs, attended, np.empty((workers, block), np.float32),
+                               zeros, out)
+    return out
 
 
 def _on_tiles(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, key_bias: np.ndarray) -> np.ndarray:
@@ -211,6 +281,9 @@ def _on_tiles(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, key
     _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, key_bias, np.float32(width ** -0.5), q_tiles, scores,
                        score_tiles, attended, np.empty((workers, BLOCK_ROWS), np.float32), out)
     return out
+
+
+_ON_UNIT = {"amx": _on_tiles, "avx512_bf16": _on_vector_units}
 
 
 def _rounded_in_float32(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -236,7 +309,7 @@ def attention_bf16_numba(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.n
     bias = _NO_BIAS if bias is None else np.ascontiguousarray(np.broadcast_to(bias, (n_queries, n_keys)), np.float32)
     q, k, v = _float32(q), _float32(k), _float32(v)  # views of a stacked projection stay views
     if BF16_ATTENTION:
-        return _on_tiles(q, k, v, bias, _NO_KEY_BIAS)
+        return _ON_UNIT[BF16_UNIT](q, k, v, bias, _NO_KEY_BIAS)
     return _rounded_in_float32(q, k, v, bias)
 
 
@@ -265,16 +338,17 @@ def cached_attention_bf16_numba(q: np.ndarray, k_cache: np.ndarray, v_cache: np.
     keys, values = _joined(k_cache, k_new), _joined(v_cache, v_new)
     key_bias = _NO_KEY_BIAS if cache_bias is None else _joined(cache_bias, np.zeros(k_new.shape[0], np.float32))
     if BF16_ATTENTION:
-        return _on_tiles(_float32(q), keys, values, _NO_BIAS, key_bias)
+        return _ON_UNIT[BF16_UNIT](_float32(q), keys, values, _NO_BIAS, key_bias)
     bias = _NO_BIAS if cache_bias is None else np.ascontiguousarray(np.broadcast_to(key_bias, (q.shape[0], key_bias.size)))
     return _rounded_in_float32(_float32(q), keys, values, bias)
 
 
 def attention_for(ks, weight) -> callable:
-    """The attention of a layer whose projection weight is `weight`: bf16 products on the tiles where
-    the layer is stored in bf16 and the CPU has them, else float32 attention (on the 2-core Xeon the
-    tiles took 7 against 15 ms for SmolVLM's vision, 1024 tokens x 12 heads of 64; 1.4 against 3.7 for
-    pi0.5's SigLIP, 256 x 16 of 72; 7 against 31 for Gemma's 968 x 8 of 256)."""
+    """The attention of a layer whose projection weight is `weight`: bf16 products where the layer is
+    stored in bf16 and the CPU has a bf16 unit, else float32 attention. On the 2-core Xeon the tiles
+    took 7 against 15 ms for SmolVLM's vision, 1024 tokens x 12 heads of 64; 1.4 against 3.7 for
+    pi0.5's SigLIP, 256 x 16 of 72; 7 against 31 for Gemma's 968 x 8 of 256. On a 2-core AMD EPYC
+    (Zen 4) `vdpbf16ps` took 12 against 20, 1.4 against 2.0 and 21 against 37 ms."""
     if BF16_ATTENTION and isinstance(weight, Bf16Weight):
         return ks.attention_bf16
     return ks.attention
@@ -282,7 +356,8 @@ def attention_for(ks, weight) -> callable:
 
 def cached_attention_for(ks, weight) -> callable:
     """cached_attention for a layer whose projection weight is `weight`, as attention_for chooses (the
-    pi0.5 expert's 50 queries over 968 + 50 keys, 8 heads of 256: 1.8 against 4.5 ms)."""
+    pi0.5 expert's 50 queries over 968 + 50 keys, 8 heads of 256: 1.8 against 4.5 ms on the Xeon's
+    tiles, 1.4 against 4.6 ms on the AMD EPYC's `vdpbf16ps`)."""
     if BF16_ATTENTION and isinstance(weight, Bf16Weight):
         return ks.cached_attention_bf16
     return ks.cached_attention
