@@ -161,3 +161,28 @@ def test_the_padded_product_reads_narrower_rows_as_zero_padded():
     assert not padded[:33, 40:].any()
     with pytest.raises(ValueError, match="at most 96"):
         amx_gemm.amx_product(np.zeros((2, 97), np.float32), weight)
+
+
+@pytest.mark.skipif(not FEATURES.get("avx512bf16"), reason="needs AVX512-BF16; test_the_unit_follows_the_cpu "
+                                                            "checks the fallback here")
+@pytest.mark.parametrize("activation, rows, n_in, hidden, n_out", [("gelu_tanh_glu", 37, 64, 64, 20),
+                                                                   ("silu_glu", 1, 96, 160, 33),
+                                                                   ("gelu_tanh", 70, 96, 72, 40)])
+def test_the_fused_feed_forward_on_avx512_bf16_equals_the_three_ops(activation, rows, n_in, hidden, n_out):
+    """The fused path that large middles take (a GLU's halves on panels; a plain hidden width ending
+    inside a panel, with biases), at small sizes: the same sums, activation and rounding."""
+    from embodied_ros.kernels import feed_forward as ff
+    rng = np.random.default_rng(rows)
+    glu = ff.ACTIVATIONS[activation].glu
+    x = rng.standard_normal((rows, n_in), dtype=np.float32)
+    up = to_bf16_weight(rng.standard_normal((2 * hidden if glu else hidden, n_in), dtype=np.float32) * n_in ** -0.5)
+    down = to_bf16_weight(rng.standard_normal((n_out, hidden), dtype=np.float32) * hidden ** -0.5)
+    up_bias = None if glu else rng.standard_normal(hidden, dtype=np.float32)
+    down_bias = None if glu else rng.standard_normal(n_out, dtype=np.float32)
+    got = ff._feed_forward_on_vector_units(x, up, up_bias, down, down_bias, activation)
+    expected = ff.feed_forward(x, up, up_bias, down, down_bias, activation)
+    assert got.shape == (rows, n_out)
+    np.testing.assert_allclose(got, expected, rtol=2e-3, atol=2e-3 * np.abs(expected).max())
+    if bf16_module.BF16_UNIT == "avx512_bf16":
+        assert ff._fused_on_vector_units(1024, up, down, activation) == (1024 * hidden >= ff.FUSED_MIN_MIDDLE)
+        assert ff._fused_on_vector_units(ff.FUSED_MIN_MIDDLE // hidden + 1, up, down, activation)

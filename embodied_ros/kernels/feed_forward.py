@@ -10,7 +10,10 @@ each 32 x 32 block of the up product (with its gate block for the GLUs) is activ
 in L1 and rounded straight into the down product's A tiles: the [rows, hidden] float32 middle is
 never written, read back by the activation, written again and read to be rounded (for SmolVLA's
 vision MLP over three cameras, 37 MiB four times a layer): 25 -> 19 ms there, Gemma's 968 tokens
-126 -> 104 ms (2-core Xeon). The math is that of the three ops one after another (the same block
+126 -> 104 ms (2-core Xeon). On AVX512-BF16 without tiles, a large middle (`FUSED_MIN_MIDDLE`) is
+made one panel of 32 hidden features at a time, every row's up sums for that panel (and its gate's)
+in a per-thread [rows, 64] float32 block in L2, activated and rounded from there into the down
+product's bf16 pair rows. The math is that of the three ops one after another (the same block
 sums, activation formula and rounding; a contracted multiply-add may round a middle value the other
 way). Elsewhere it is that sequence.
 """
@@ -28,8 +31,10 @@ from embodied_ros.kernels.activations import (_gelu_scalar, gelu_tanh, gelu_tanh
 from embodied_ros.kernels.cpu.allocator import aligned_empty, recycled_empty
 from embodied_ros.kernels.cpu.amx_gemm import (BLOCK_ROWS, BLOCKING, TILE, _block, _check_tile_weight,  # noqa: PLC2701
                                                a_tiles, padded_bias, tile_product)
-from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, bf16_bits_of
-from embodied_ros.kernels.cpu.jit import jit
+from embodied_ros.kernels.cpu.bf16_gemm import (DEPTH_BLOCK, MAX_ROWS, Bf16Weight, _product_parallel,  # noqa: PLC2701
+                                                _product_serial, _round_parallel, _tile_rows, bf16_bits_of,
+                                                round_to_bf16_pairs)
+from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 from embodied_ros.kernels.linear import linear, linear_numba
 from embodied_ros.kernels.linear_bf16 import BF16_UNIT, linear_bf16, to_bf16_weight
@@ -152,6 +157,70 @@ def _feed_forward_on_tiles(x: np.ndarray, up: Bf16Weight, up_bias, down: Bf16Wei
     return tile_product(hidden_tiles, rows, down, down_bias)[:rows, :down.shape[0]]
 
 
+# On a 2-core AMD EPYC (Zen 4) fusing paid from a [rows, hidden] middle of about 8 M values: Gemma's
+# 816 x 16384 426 -> 397 ms, SmolVLM's vision 3072 x 3072 89 -> 86 ms; SigLIP's 768 x 4304 and
+# smaller ones were no faster (the pi0.5 expert's 50 x 4096 3.4 -> 3.5 ms).
+FUSED_MIN_MIDDLE = 1 << 23
+
+
+@jit(parallel=True, fastmath={"reassoc", "contract"})
+def _up_into_pairs(x, panels, bias, kind, up_offset, scratch, hidden, workers):  # pragma: no cover - compiled
+    """AVX512-BF16's fused up product: hidden[:, 16 p:16 p + 16] = the bf16 pairs of act(x @ panel p
+    (+ bias), x @ panel p + up_offset) for each hidden panel p (up_offset 0: no GLU), the panel's 32
+    columns of every row summed in scratch[worker] [N, 64] float32 (in L2) and activated from there."""
+    n_rows, depth = x.shape
+    tiles = (n_rows + MAX_ROWS - 1) // MAX_ROWS
+    base, extra = n_rows // tiles, n_rows % tiles
+    lda = x.strides[0] // 4
+    n_panels = hidden.shape[1] // (PANEL // 2)
+    for worker in numba.prange(workers):
+        block = scratch[worker]
+        for p in range(worker * n_panels // workers, (worker + 1) * n_panels // workers):
+            for half in range(2 if up_offset else 1):
+                q = p + half * up_offset
+                for k0 in range(0, depth, DEPTH_BLOCK):
+                    k1 = min(k0 + DEPTH_BLOCK, depth)
+                    row = 0
+                    for t in range(tiles):
+                        rows = base + 1 if t < extra else base
+                        _tile_rows(rows, x.ctypes.data + (row * lda + k0) * 4, lda, panels[q, k0:].ctypes.data,
+                                   block.ctypes.data + (row * 2 * PANEL + half * PANEL) * 4, 2 * PANEL, k1 - k0,
+                                   k0 > 0, bias[PANEL * q:].ctypes.data)
+                        row += rows
+            for r in range(n_rows):
+                for i in range(PANEL // 2):
+                    low = _activated(kind, block[r, 2 * i], block[r, PANEL + 2 * i])
+                    high = _activated(kind, block[r, 2 * i + 1], block[r, PANEL + 2 * i + 1])
+                    hidden[r, PANEL // 2 * p + i] = bf16_bits_of(low) | (bf16_bits_of(high) << np.uint32(16))
+
+
+def _fused_on_vector_units(rows: int, up, down, activation: str) -> bool:
+    """Whether this product pair takes AVX512-BF16's fused path: both weights bf16 panels, a middle of
+    at least FUSED_MIN_MIDDLE values and, for a GLU, its up half starting on a panel."""
+    if BF16_UNIT != "avx512_bf16" or not (isinstance(up, Bf16Weight) and isinstance(down, Bf16Weight)):
+        return False
+    return rows * down.shape[1] >= FUSED_MIN_MIDDLE and (not ACTIVATIONS[activation].glu or down.shape[1] % PANEL == 0)
+
+
+def _feed_forward_on_vector_units(x: np.ndarray, up: Bf16Weight, up_bias, down: Bf16Weight, down_bias,
+                                  activation: str) -> np.ndarray:
+    rows, hidden = x.shape[0], down.shape[1]
+    x_pairs = np.empty((rows, up.panels.shape[1]), np.uint32)
+    workers = max(1, min(numba.get_num_threads(), down.panels.shape[0]))
+    (_round_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else round_to_bf16_pairs)(x, x_pairs)
+    glu = ACTIVATIONS[activation].glu
+    hidden_pairs = recycled_empty((rows, down.panels.shape[1]), np.uint32)
+    scratch = aligned_empty((workers, rows, 2 * PANEL), np.float32)
+    _up_into_pairs(x_pairs, up.panels, padded_bias(up, up_bias), ACTIVATIONS[activation].kind,
+                   hidden // PANEL if glu else 0, scratch, hidden_pairs, workers)
+    y = np.empty((rows, down.panels.shape[0] * PANEL), np.float32)
+    if workers > 1:
+        _product_parallel(hidden_pairs, down.panels, padded_bias(down, down_bias), y, workers)
+    else:
+        _product_serial(hidden_pairs, down.panels, padded_bias(down, down_bias), y)
+    return y[:, :down.shape[0]]
+
+
 @kernel("feed_forward", "numba")
 def feed_forward_numba(x: np.ndarray, up, up_bias: np.ndarray | None, down, down_bias: np.ndarray | None,
                        activation: str) -> np.ndarray:
@@ -159,5 +228,9 @@ def feed_forward_numba(x: np.ndarray, up, up_bias: np.ndarray | None, down, down
     if _fused_on_tiles(up, down, activation):
         rows = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
         y = _feed_forward_on_tiles(rows, up, up_bias, down, down_bias, activation)
+        return np.ascontiguousarray(y).reshape(*x.shape[:-1], down.shape[0])
+    if _fused_on_vector_units(x.size // x.shape[-1], up, down, activation):
+        rows = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
+        y = _feed_forward_on_vector_units(rows, up, up_bias, down, down_bias, activation)
         return np.ascontiguousarray(y).reshape(*x.shape[:-1], down.shape[0])
     return linear_numba(ACTIVATIONS[activation].numba(linear_numba(x, up, up_bias)), down, down_bias)
