@@ -31,9 +31,8 @@ from embodied_ros.kernels.activations import (_gelu_scalar, gelu_tanh, gelu_tanh
 from embodied_ros.kernels.cpu.allocator import aligned_empty, recycled_empty
 from embodied_ros.kernels.cpu.amx_gemm import (BLOCK_ROWS, BLOCKING, TILE, _block, _check_tile_weight,  # noqa: PLC2701
                                                a_tiles, padded_bias, tile_product)
-from embodied_ros.kernels.cpu.bf16_gemm import (DEPTH_BLOCK, MAX_ROWS, Bf16Weight, _product_parallel,  # noqa: PLC2701
-                                                _product_serial, _round_parallel, _tile_rows, bf16_bits_of,
-                                                round_to_bf16_pairs)
+from embodied_ros.kernels.cpu.bf16_gemm import (Bf16Weight, _product_parallel, _product_serial,  # noqa: PLC2701
+                                                _round_parallel, bf16_bits_of, panel_product, round_to_bf16_pairs)
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 from embodied_ros.kernels.linear import linear, linear_numba
@@ -168,25 +167,15 @@ def _up_into_pairs(x, panels, bias, kind, up_offset, scratch, hidden, workers): 
     """AVX512-BF16's fused up product: hidden[:, 16 p:16 p + 16] = the bf16 pairs of act(x @ panel p
     (+ bias), x @ panel p + up_offset) for each hidden panel p (up_offset 0: no GLU), the panel's 32
     columns of every row summed in scratch[worker] [N, 64] float32 (in L2) and activated from there."""
-    n_rows, depth = x.shape
-    tiles = (n_rows + MAX_ROWS - 1) // MAX_ROWS
-    base, extra = n_rows // tiles, n_rows % tiles
-    lda = x.strides[0] // 4
+    n_rows = x.shape[0]
     n_panels = hidden.shape[1] // (PANEL // 2)
     for worker in numba.prange(workers):
         block = scratch[worker]
         for p in range(worker * n_panels // workers, (worker + 1) * n_panels // workers):
             for half in range(2 if up_offset else 1):
                 q = p + half * up_offset
-                for k0 in range(0, depth, DEPTH_BLOCK):
-                    k1 = min(k0 + DEPTH_BLOCK, depth)
-                    row = 0
-                    for t in range(tiles):
-                        rows = base + 1 if t < extra else base
-                        _tile_rows(rows, x.ctypes.data + (row * lda + k0) * 4, lda, panels[q, k0:].ctypes.data,
-                                   block.ctypes.data + (row * 2 * PANEL + half * PANEL) * 4, 2 * PANEL, k1 - k0,
-                                   k0 > 0, bias[PANEL * q:].ctypes.data)
-                        row += rows
+                panel_product(x, panels[q], bias[PANEL * q:].ctypes.data, block.ctypes.data + half * PANEL * 4,
+                              2 * PANEL)
             for r in range(n_rows):
                 for i in range(PANEL // 2):
                     low = _activated(kind, block[r, 2 * i], block[r, PANEL + 2 * i])

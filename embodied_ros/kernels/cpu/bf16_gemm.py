@@ -129,23 +129,29 @@ def _tile_rows(rows, a, lda, b, c, ldc, depth, accumulate, bias):  # pragma: no 
 
 
 @jit(inline="always")
-def _panels(x, panels, bias, y, first, last):  # pragma: no cover - compiled
-    """y[:, 32 p:32 p + 32] = bias + x @ panel p for p in first..last; x [N, pairs] uint32,
-    panels [P, pairs, 32] uint32, bias [32 P] float32, y [N, 32 P] float32."""
+def panel_product(x, panel, bias_addr, y_addr, ldc):  # pragma: no cover - compiled
+    """The 32 float32 columns at y_addr (rows ldc elements apart) = bias (32 float32 at bias_addr) +
+    x @ panel; x [N, pairs] uint32, panel [pairs, 32] uint32."""
     n_rows, depth = x.shape
     tiles = (n_rows + MAX_ROWS - 1) // MAX_ROWS
     base, extra = n_rows // tiles, n_rows % tiles
-    lda, ldc = x.strides[0] // 4, y.strides[0] // 4
+    lda = x.strides[0] // 4
+    for k0 in range(0, depth, DEPTH_BLOCK):
+        k1 = min(k0 + DEPTH_BLOCK, depth)
+        row = 0
+        for t in range(tiles):
+            rows = base + 1 if t < extra else base
+            _tile_rows(rows, x.ctypes.data + (row * lda + k0) * 4, lda, panel[k0:].ctypes.data,
+                       y_addr + row * ldc * 4, ldc, k1 - k0, k0 > 0, bias_addr)
+            row += rows
+
+
+@jit(inline="always")
+def _panels(x, panels, bias, y, first, last):  # pragma: no cover - compiled
+    """y[:, 32 p:32 p + 32] = bias + x @ panel p for p in first..last; x [N, pairs] uint32,
+    panels [P, pairs, 32] uint32, bias [32 P] float32, y [N, 32 P] float32."""
     for p in range(first, last):
-        for k0 in range(0, depth, DEPTH_BLOCK):
-            k1 = min(k0 + DEPTH_BLOCK, depth)
-            row = 0
-            for t in range(tiles):
-                rows = base + 1 if t < extra else base
-                _tile_rows(rows, x.ctypes.data + (row * lda + k0) * 4, lda, panels[p, k0:].ctypes.data,
-                           y.ctypes.data + (row * ldc + PANEL * p) * 4, ldc, k1 - k0, k0 > 0,
-                           bias[PANEL * p:].ctypes.data)
-                row += rows
+        panel_product(x, panels[p], bias[PANEL * p:].ctypes.data, y.ctypes.data + PANEL * p * 4, y.strides[0] // 4)
 
 
 @jit(parallel=True)
