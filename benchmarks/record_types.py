@@ -133,7 +133,8 @@ def main(argv=None) -> int:
                      "peak RSS / (1.25 x weights + 1 GiB)": int(last[3]) / (1.25 * weight_mib + 1024),
                      "conversion peak RSS MiB": convert_peak,
                      "conversion peak - bundle MiB": (convert_peak - bundle.stat().st_size / 2**20
-                                                      if convert_peak else None)})
+                                                      if convert_peak else None),
+                     "note": None if convert_peak else f"bundle already in {args.workdir}: not converted in this run"})
     torch_rows = []
     for dtype in torch_dtypes:
         torch_rows.append(torch_row(args, dtype))
