@@ -22,7 +22,8 @@ import numpy as np
 from embodied_ros.kernels.attention import _cached_examples, _check_heads, _examples, _float32
 from embodied_ros.kernels.cpu.allocator import aligned_empty
 from embodied_ros.kernels.cpu.amx_gemm import BLOCK_ROWS, TILE, block_against_panels, round_into_tile_row
-from embodied_ros.kernels.cpu.bf16_gemm import MAX_ROWS, Bf16Weight, bf16_bits, bf16_bits_of, padded_pairs
+from embodied_ros.kernels.cpu.bf16_gemm import (MAX_ROWS, Bf16Weight, bf16_bits, bf16_bits_of, padded_pairs,
+                                                round_into_pairs)
 from embodied_ros.kernels.cpu.bf16_gemm import _panels as pairs_against_panels
 from embodied_ros.kernels.cpu.jit import jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
@@ -31,7 +32,6 @@ from embodied_ros.kernels.cpu.vector_math import exp_f32, exp_into_bf16, max_of_
 from embodied_ros.kernels.linear_bf16 import BF16_UNIT
 from embodied_ros.kernels.registry import kernel, reference
 
-BF16_ATTENTION = BF16_UNIT in ("amx", "avx512_bf16")
 VECTOR_BLOCK_TILES = 4  # query rows per work item on AVX512-BF16: 4 register tiles of MAX_ROWS
 _NO_KEY_BIAS = np.zeros(0, np.float32)
 _NO_BIAS = np.zeros((0, 0), np.float32)
@@ -151,6 +151,17 @@ def _query_tiles(q, g, group, first, tiles):  # pragma: no cover - compiled
             round_into_tile_row(q[row // group, g * group + row % group], tiles[r // TILE], r % TILE)
 
 
+@jit(inline="always")
+def _scaled_into_heads(attended, inv_totals, first, valid, g, group, out):  # pragma: no cover - compiled
+    """Stacked rows first..first + valid - 1 of kv head g, each times 1 / its numerators' sum, into
+    out [Tq, Hq, d] (row R: query R // group, head g * group + R % group)."""
+    for r in range(valid):
+        row = first + r
+        target = out[row // group, g * group + row % group]
+        for c in range(out.shape[2]):
+            target[c] = attended[r, c] * inv_totals[r]
+
+
 @jit(parallel=True)
 def _pack_heads(keys, values, key_panels, value_panels):  # pragma: no cover - compiled
     for g in numba.prange(keys.shape[1]):
@@ -191,21 +202,7 @@ def _attend_row_blocks(q, key_panels, value_panels, n_keys, bias, key_bias, scal
             block_against_panels(p_w.ctypes.data, p_w.strides[0], value_panels[g].ctypes.data,
                                  value_panels.strides[1], value_panels.shape[1], a_w.ctypes.data, a_w.strides[0],
                                  p_w.shape[1])
-            for r in range(valid):
-                row = first + r
-                target = out[row // group, g * group + row % group]
-                for c in range(width):
-                    target[c] = a_w[r, c] * inv[r]
-
-
-@jit(inline="always")
-def _round_into_pairs(values, n, out):  # pragma: no cover - compiled
-    """values[:n] float32 -> out [pairs] uint32 bf16 pairs (even index in the low half), zero past n."""
-    full = n // 2
-    for j in range(full):
-        out[j] = bf16_bits_of(values[2 * j]) | (bf16_bits_of(values[2 * j + 1]) << np.uint32(16))
-    for j in range(full, out.shape[0]):
-        out[j] = bf16_bits_of(values[2 * j]) if 2 * j < n else np.uint32(0)
+            _scaled_into_heads(a_w, inv, first, valid, g, group, out)
 
 
 @jit(parallel=True, fastmath={"reassoc", "contract"})
@@ -231,16 +228,12 @@ def _attend_row_blocks_vdpbf16(q, key_panels, value_panels, n_keys, bias, key_bi
             valid = min(block, rows - first)
             for r in range(valid):
                 row = first + r
-                _round_into_pairs(q[row // group, g * group + row % group], width, q_w[r])
+                round_into_pairs(q[row // group, g * group + row % group], width, q_w[r])
             pairs_against_panels(q_w[:valid], key_panels[g], zeros, s_w[:valid], 0, key_panels.shape[1])
             for r in range(valid):
                 inv[r] = _numerators_into_steps(s_w[r, :n_keys], scale, bias, (first + r) // group, key_bias, n_w[r])
             pairs_against_panels(p_w[:valid], value_panels[g], zeros, a_w[:valid], 0, value_panels.shape[1])
-            for r in range(valid):
-                row = first + r
-                target = out[row // group, g * group + row % group]
-                for c in range(width):
-                    target[c] = a_w[r, c] * inv[r]
+            _scaled_into_heads(a_w, inv, first, valid, g, group, out)
 
 
 def _on_vector_units(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, key_bias: np.ndarray) -> np.ndarray:
@@ -284,6 +277,7 @@ def _on_tiles(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, key
 
 
 _ON_UNIT = {"amx": _on_tiles, "avx512_bf16": _on_vector_units}
+BF16_ATTENTION = BF16_UNIT in _ON_UNIT
 
 
 def _rounded_in_float32(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray) -> np.ndarray:

@@ -31,9 +31,8 @@ from embodied_ros.kernels.activations import (_gelu_scalar, gelu_tanh, gelu_tanh
 from embodied_ros.kernels.cpu.allocator import aligned_empty, recycled_empty
 from embodied_ros.kernels.cpu.amx_gemm import (BLOCK_ROWS, BLOCKING, TILE, _block, _check_tile_weight,  # noqa: PLC2701
                                                a_tiles, padded_bias, tile_product)
-from embodied_ros.kernels.cpu.bf16_gemm import (Bf16Weight, _product_parallel, _product_serial,  # noqa: PLC2701
-                                                _round_parallel, bf16_bits_of, panel_product, round_to_bf16_pairs)
-from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, jit
+from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, bf16_bits_of, pairs_product, panel_product, rounded_pairs
+from embodied_ros.kernels.cpu.jit import jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 from embodied_ros.kernels.linear import linear, linear_numba
 from embodied_ros.kernels.linear_bf16 import BF16_UNIT, linear_bf16, to_bf16_weight
@@ -194,32 +193,24 @@ def _fused_on_vector_units(rows: int, up, down, activation: str) -> bool:
 def _feed_forward_on_vector_units(x: np.ndarray, up: Bf16Weight, up_bias, down: Bf16Weight, down_bias,
                                   activation: str) -> np.ndarray:
     rows, hidden = x.shape[0], down.shape[1]
-    x_pairs = np.empty((rows, up.panels.shape[1]), np.uint32)
-    workers = max(1, min(numba.get_num_threads(), down.panels.shape[0]))
-    (_round_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else round_to_bf16_pairs)(x, x_pairs)
     glu = ACTIVATIONS[activation].glu
+    workers = max(1, min(numba.get_num_threads(), down.panels.shape[0]))
     hidden_pairs = recycled_empty((rows, down.panels.shape[1]), np.uint32)
     scratch = aligned_empty((workers, rows, 2 * PANEL), np.float32)
-    _up_into_pairs(x_pairs, up.panels, padded_bias(up, up_bias), ACTIVATIONS[activation].kind,
-                   hidden // PANEL if glu else 0, scratch, hidden_pairs, workers)
-    y = np.empty((rows, down.panels.shape[0] * PANEL), np.float32)
-    if workers > 1:
-        _product_parallel(hidden_pairs, down.panels, padded_bias(down, down_bias), y, workers)
-    else:
-        _product_serial(hidden_pairs, down.panels, padded_bias(down, down_bias), y)
-    return y[:, :down.shape[0]]
+    _up_into_pairs(rounded_pairs(x, up.panels.shape[1]), up.panels, padded_bias(up, up_bias),
+                   ACTIVATIONS[activation].kind, hidden // PANEL if glu else 0, scratch, hidden_pairs, workers)
+    return pairs_product(hidden_pairs, down, down_bias, hidden)
 
 
 @kernel("feed_forward", "numba")
 def feed_forward_numba(x: np.ndarray, up, up_bias: np.ndarray | None, down, down_bias: np.ndarray | None,
                        activation: str) -> np.ndarray:
     check_feed_forward(x, up, down, activation)
-    if _fused_on_tiles(up, down, activation):
+    fused = (_feed_forward_on_tiles if _fused_on_tiles(up, down, activation) else
+             _feed_forward_on_vector_units if _fused_on_vector_units(x.size // x.shape[-1], up, down, activation) else
+             None)
+    if fused is not None:
         rows = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
-        y = _feed_forward_on_tiles(rows, up, up_bias, down, down_bias, activation)
-        return np.ascontiguousarray(y).reshape(*x.shape[:-1], down.shape[0])
-    if _fused_on_vector_units(x.size // x.shape[-1], up, down, activation):
-        rows = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
-        y = _feed_forward_on_vector_units(rows, up, up_bias, down, down_bias, activation)
+        y = fused(rows, up, up_bias, down, down_bias, activation)
         return np.ascontiguousarray(y).reshape(*x.shape[:-1], down.shape[0])
     return linear_numba(ACTIVATIONS[activation].numba(linear_numba(x, up, up_bias)), down, down_bias)

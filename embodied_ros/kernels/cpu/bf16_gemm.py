@@ -167,11 +167,14 @@ def _product_serial(x, panels, bias, y):  # pragma: no cover - compiled
 
 
 @jit(inline="always")
-def _round_row(x, out, r):  # pragma: no cover - compiled
-    for i in range(out.shape[1]):
-        low = bf16_bits_of(x[r, 2 * i]) if 2 * i < x.shape[1] else np.uint32(0)
-        high = bf16_bits_of(x[r, 2 * i + 1]) if 2 * i + 1 < x.shape[1] else np.uint32(0)
-        out[r, i] = low | (high << np.uint32(16))
+def round_into_pairs(values, n, out):  # pragma: no cover - compiled
+    """values[:n] float32 -> out [pairs] uint32 bf16 pairs (even index in the low half), rounded to
+    nearest even, zero past n."""
+    full = n // 2
+    for j in range(full):
+        out[j] = bf16_bits_of(values[2 * j]) | (bf16_bits_of(values[2 * j + 1]) << np.uint32(16))
+    for j in range(full, out.shape[0]):
+        out[j] = bf16_bits_of(values[2 * j]) if 2 * j < n else np.uint32(0)
 
 
 @jit()
@@ -179,13 +182,13 @@ def round_to_bf16_pairs(x, out):  # pragma: no cover - compiled
     """x [N, k] float32 -> out [N, >= k / 2] uint32: bf16 pairs (even k in the low half), rounded to
     nearest even; pairs past k (an odd k's last high half, the panels' padding) are zero."""
     for r in range(x.shape[0]):
-        _round_row(x, out, r)
+        round_into_pairs(x[r], x.shape[1], out[r])
 
 
 @jit(parallel=True)
 def _round_parallel(x, out):  # pragma: no cover - compiled
     for r in numba.prange(x.shape[0]):
-        _round_row(x, out, r)
+        round_into_pairs(x[r], x.shape[1], out[r])
 
 
 @jit(inline="always")
@@ -246,24 +249,36 @@ def pack_bf16(bits: np.ndarray) -> Bf16Weight:
     return Bf16Weight(panels, (n_out, n_in))
 
 
-def matmul_bf16(x: np.ndarray, weight: Bf16Weight, bias: np.ndarray | None = None) -> np.ndarray:
-    """x [N, in] float32 @ weight^T + bias -> [N, out] float32, products of bf16 values (x rounded)."""
-    n_out, n_in = weight.shape
-    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n_in)
+def rounded_pairs(x: np.ndarray, n_pairs: int) -> np.ndarray:
+    """x [N, k] float32 (C order) -> [N, n_pairs] uint32 bf16 pairs, zero past k."""
+    pairs = np.empty((x.shape[0], n_pairs), np.uint32)
+    # a prefix's activations (968 x 16384 before the MLP's down projection) take a core for 15 ms
+    parallel = numba.get_num_threads() > 1 and x.size >= PARALLEL_MIN_ELEMENTS
+    (_round_parallel if parallel else round_to_bf16_pairs)(x, pairs)
+    return pairs
+
+
+def pairs_product(pairs: np.ndarray, weight: Bf16Weight, bias: np.ndarray | None, n_in: int) -> np.ndarray:
+    """pairs [N, panel pairs] uint32 (x rounded, n_in values a row) @ weight^T + bias -> [N, out] float32."""
+    n_out = weight.shape[0]
     n_panels = weight.panels.shape[0]
     padded_bias = np.zeros(n_panels * PANEL, np.float32)
     if bias is not None:
         padded_bias[:n_out] = bias
-    y = np.empty((x.shape[0], n_panels * PANEL), np.float32)
-    if x.shape[0] == 0:
-        y[:] = padded_bias
-        return np.ascontiguousarray(y[:, :n_out])
-    pairs = np.empty((x.shape[0], weight.panels.shape[1]), np.uint32)
+    y = np.empty((pairs.shape[0], n_panels * PANEL), np.float32)
     workers = min(numba.get_num_threads(), n_panels)
-    # a prefix's activations (968 x 16384 before the MLP's down projection) take a core for 15 ms
-    (_round_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else round_to_bf16_pairs)(x, pairs)
-    if workers > 1 and x.shape[0] * n_in * n_out >= PARALLEL_MIN_MACS:
+    if workers > 1 and pairs.shape[0] * n_in * n_out >= PARALLEL_MIN_MACS:
         _product_parallel(pairs, weight.panels, padded_bias, y, workers)
     else:
         _product_serial(pairs, weight.panels, padded_bias, y)
     return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])
+
+
+def matmul_bf16(x: np.ndarray, weight: Bf16Weight, bias: np.ndarray | None = None) -> np.ndarray:
+    """x [N, in] float32 @ weight^T + bias -> [N, out] float32, products of bf16 values (x rounded)."""
+    n_out, n_in = weight.shape
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n_in)
+    if x.shape[0] == 0:
+        return np.broadcast_to(np.zeros(n_out, np.float32) if bias is None else np.asarray(bias, np.float32),
+                               (0, n_out)).copy()
+    return pairs_product(rounded_pairs(x, weight.panels.shape[1]), weight, bias, n_in)
