@@ -14,9 +14,10 @@ cached_attention  a few new tokens reading [cached prefix ; themselves]: the act
 The numba kernels, on CPUs with AVX-512, run the whole attention on the register tiles of the
 matrix product, a few query rows at a time in one parallel region (`vector_attention.py`).
 Elsewhere they leave the two matrix products to BLAS (queries of all heads sharing a kv head form
-one matrix, so a single kv head means one GEMM for all scores) and fuse scaling, masking and the
-softmax's exponentials into one numba pass over the scores, with the vectorizable exp of
-`cpu/vector_math.py`; the 1/sum of each row scales the (shorter) rows of the result.
+one matrix, whose scores are computed a block of rows at a time into one reused buffer) and fuse
+scaling, masking and the softmax's exponentials into one numba pass over each block, with the
+vectorizable exp of `cpu/vector_math.py`; the 1/sum of each row scales the (shorter) rows of the
+result.
 """
 
 from __future__ import annotations
@@ -110,53 +111,62 @@ _FAST = {"reassoc", "contract"}
 
 
 @jit(fastmath=_FAST)
-def _softmax_numerators(scores, scale, bias, bias_row_stride, key_bias, inv_totals):  # pragma: no cover
-    # scores: [G, R, Tk] raw dot products -> softmax numerators in place, 1 / sum of each row into
-    # inv_totals [G, R]; row r of each group reads bias[r // bias_row_stride] ([Tq, Tk], or [0, 0])
-    groups, rows, _ = scores.shape
-    for g in range(groups):
-        for r in range(rows):
-            inv_totals[g, r] = softmax_numerators(scores[g, r], scale, bias, r // bias_row_stride, key_bias)
+def _softmax_numerators(scores, scale, bias, first_row, group, key_bias, inv_totals):  # pragma: no cover
+    # scores: [R, Tk] raw dot products of rows first_row.. -> softmax numerators in place, 1 / sum of
+    # each row into inv_totals [R]; row r reads bias[(first_row + r) // group] ([Tq, Tk], or [0, 0])
+    for r in range(scores.shape[0]):
+        inv_totals[r] = softmax_numerators(scores[r], scale, bias, (first_row + r) // group, key_bias)
 
 
 _NO_BIAS_2D = np.zeros((0, 0), np.float32)
-_SCORE_BUFFER_MAX = 4 << 20  # floats (16 MiB); larger score arrays are allocated per call
+# Scores are computed a block of rows of one kv head at a time, at most this many floats (16 MiB,
+# one reused buffer): SmolVLM's vision attention (1024 tokens, 12 heads) took 39 ms per camera as
+# one [12, 1024, 1024] score array (48 MiB, mapped anew each call) and 33 ms a head at a time; the
+# Gemma prefix's one kv head (816 tokens x 8 heads) the same in one block or two (AMD EPYC Zen 3, 2
+# threads, alternating).
+_SCORE_BLOCK = 1 << 22
 _local = threading.local()
 _NO_BIAS_1D = np.zeros(0, np.float32)
 
 
-def _score_buffer(shape: tuple[int, int, int]) -> np.ndarray:
-    """Room for the scores [Hkv, rows, Tk]: one buffer per thread, reused while it is small enough.
+def _score_buffer(size: int) -> np.ndarray:
+    """Room for one block of scores, reused by the calling thread.
 
     A fresh array of a few hundred KiB is mapped anew by malloc on each call, and on this kind of
     machine the first touch of those pages from BLAS's worker thread made the scores product of
     the action expert (400 x 273 x 48) take 160 us instead of 45.
     """
-    size = shape[0] * shape[1] * shape[2]
-    if size > _SCORE_BUFFER_MAX:
-        return np.empty(shape, np.float32)
     buffer = getattr(_local, "scores", None)
     if buffer is None or buffer.size < size:
         buffer = _local.scores = np.empty(size, np.float32)
-    return buffer[:size].reshape(shape)
+    return buffer[:size]
 
 
 def _grouped(q, keys, values, bias, key_bias):
     """Attention with the query heads of each kv head stacked into one matrix product.
 
-    Rows of group g are (query i, head j of the group) in that order, so one GEMM per kv head
-    computes every score; with a single kv head (Gemma, the pi0.5 expert) the whole attention is
-    two GEMMs and one softmax pass, whose normalization is applied to the [rows, d] result.
+    Rows of kv head h are (query i, head j of its group) in that order, so one GEMM per block of
+    rows computes their scores; with a single kv head (Gemma, the pi0.5 expert) every query head is
+    a row of the same product, whose normalization is applied to the [rows, d] result.
     """
     n_queries, n_heads, width = q.shape
     n_keys, n_kv = keys.shape[0], keys.shape[1]
     group = n_heads // n_kv
-    q_groups = q.reshape(n_queries, n_kv, group, width).transpose(1, 0, 2, 3).reshape(n_kv, n_queries * group, width)
-    scores = np.matmul(q_groups, keys.transpose(1, 2, 0), out=_score_buffer((n_kv, n_queries * group, n_keys)))
-    inv_totals = np.empty((n_kv, n_queries * group), np.float32)
-    _softmax_numerators(scores, np.float32(width ** -0.5), bias, group, key_bias, inv_totals)
-    out = np.matmul(scores, values.transpose(1, 0, 2))  # [Hkv, Tq * group, d]
-    out *= inv_totals[:, :, None]
+    rows = n_queries * group
+    q_groups = q.reshape(n_queries, n_kv, group, width).transpose(1, 0, 2, 3).reshape(n_kv, rows, width)
+    out = np.empty((n_kv, rows, width), np.float32)
+    step = max(1, min(rows, _SCORE_BLOCK // n_keys))
+    scores_block = _score_buffer(step * n_keys)
+    inv_totals = np.empty(step, np.float32)
+    scale = np.float32(width ** -0.5)
+    for h in range(n_kv):
+        for first in range(0, rows, step):
+            last = min(rows, first + step)
+            scores = np.matmul(q_groups[h, first:last], keys[:, h].T,
+                               out=scores_block[:(last - first) * n_keys].reshape(last - first, n_keys))
+            _softmax_numerators(scores, scale, bias, first, group, key_bias, inv_totals)
+            block = np.matmul(scores, values[:, h], out=out[h, first:last])
+            block *= inv_totals[:last - first, None]
     return out.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
 
 
