@@ -14,11 +14,14 @@ of x: 12 int32 block sums and 12 float32 sums.
 On CPUs with AVX2 and no AVX-512 (`INT8_UNIT` "avx2") the same panels are read 8 features a vector:
 without `vpdpbusd`, a step's 4 products per feature are `vpmaddubsw` of |q_w| and q_x signed by q_w
 (pairs summed in int16, at most 2 * 127 * 127, no saturation) then `vpmaddwd` by ones into int32;
-x goes in signed (q_x + 128 with its top bit flipped), no correction. The tile takes up to 4 rows by
+x is stored as q_x itself (`X_OFFSET` 0), so no correction. The tile takes up to 4 rows by
 half a panel (2 vectors), its float32 sums in y itself, updated once a block. At the action expert's
 50 rows a pi0.5 expert layer runs at about float32's speed, 1.8x faster than decoding Q8_0 to float32
-for each product (BENCHMARKS.md, pi05_matrix_units_avx2_only); at more than AVX2_MAX_ROWS rows
-OpenBLAS's float32 product is faster, so the panels are decoded into a float32 buffer for it.
+for each product (BENCHMARKS.md, pi05_matrix_units_avx2_only). On one Zen 3 core the tile adds 54-59
+products a ns (the instruction sequence's peak is 94, float32 FMA's 50: benchmarks/unit_peaks.py;
+OpenBLAS's float32 product 43-44), 39-48 while x was stored with the offset and flipped back per row;
+on two cores it is 0.8-1.05x OpenBLAS's at 1024-3072 rows, so above AVX2_MAX_ROWS rows the panels are
+still decoded into a float32 buffer for OpenBLAS.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ def int8_unit() -> str | None:
 
 INT8_UNIT = int8_unit()
 MAX_ROWS = 4 if INT8_UNIT == "avx2" else 6
+X_OFFSET = 0 if INT8_UNIT == "avx2" else 128  # added to q_x as it is stored: vpdpbusd reads x unsigned
 AVX2_MAX_ROWS = 64  # above this many rows of x, AVX2 CPUs decode the panels for OpenBLAS
 
 
@@ -68,7 +72,7 @@ def tile_q8(typingctx, rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_
     """y[rows, 32] = (y if accumulate else bias) + sum over `blocks` 32-blocks of
     d_w * d_x * (sum((q_x + 128) * q_w) - 128 * sum(q_w)).
 
-    xq: uint8 rows (q_x + 128) at xq_addr + r * ldq bytes; xd: float32 block scales at
+    xq: uint8 rows (q_x + X_OFFSET) at xq_addr + r * ldq bytes; xd: float32 block scales at
     xd_addr + r * ldd (elements); wq: the panel's int8 blocks [blocks, 8, 32, 4]; ws: float32
     [blocks, 32]; wsum: int32 [blocks, 32]; y: float32 rows at c_addr + r * ldc elements.
     """
@@ -163,7 +167,6 @@ def _avx2_tile(builder, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, c_
     magnitude = declare("llvm.abs.v32i8", octets, [octets, i1])
     fma = declare("llvm.fma.v8f32", floats, [floats] * 3)
     zero, ones = ir.Constant(ints, [0] * lanes), ir.Constant(shorts, [1] * 2 * lanes)
-    flip = ir.Constant(octets, [-128] * 4 * lanes)
     undef_i, undef_f = ir.Constant(ints, ir.Undefined), ir.Constant(floats, ir.Undefined)
     splat = ir.Constant(ints, [0] * lanes)
     vectors = PANEL // lanes
@@ -199,7 +202,7 @@ def _avx2_tile(builder, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, c_
                     quad = load(xq, builder.add(builder.mul(ldq, ir.Constant(i64, r)), k), i32)
                     x = builder.shuffle_vector(builder.insert_element(undef_i, quad, ir.Constant(i32, 0)), undef_i,
                                                splat)
-                    x = builder.xor(builder.bitcast(x, octets), flip)  # q_x + 128 -> q_x
+                    x = builder.bitcast(x, octets)
                     for v in half:
                         products = builder.call(pairs, [w_abs[v], builder.call(sign, [x, w[v]])])
                         builder.store(builder.add(builder.load(sums[r, v]), builder.call(quads, [products, ones])),
@@ -277,12 +280,12 @@ def _quantize_row(x, xq, xd, r):  # pragma: no cover - compiled
         xd[r, b] = d
         for i in range(BLOCK):
             q = np.round(x[r, BLOCK * b + i] * inverse)
-            xq[r, BLOCK * b + i] = np.uint8(np.int32(q) + 128)
+            xq[r, BLOCK * b + i] = np.uint8((np.int32(q) + X_OFFSET) & 255)
 
 
 @jit()
 def quantize_rows(x, xq, xd):  # pragma: no cover - compiled
-    """x [N, k] float32 -> xq [N, k] uint8 (q + 128), xd [N, k / 32] float32, per 32-block."""
+    """x [N, k] float32 -> xq [N, k] uint8 (q + X_OFFSET), xd [N, k / 32] float32, per 32-block."""
     for r in range(x.shape[0]):
         _quantize_row(x, xq, xd, r)
 
