@@ -88,7 +88,7 @@ def main(argv=None) -> int:
                                                     dtype="both")
                 for measurement in result["measurements"]:
                     theirs[layer.name, measurement["dtype"]].extend(measurement["runs_ms"])
-    from amx_peak import describe, tile_peak_tflops
+    from unit_peaks import describe, tile_peak_tflops
     peak = tile_peak_tflops() and tile_peak_tflops() * args.threads
     rows = []
     for layer in layers:

@@ -1,0 +1,29 @@
+"""benchmarks/unit_peaks.py: every unit's loop is valid IR, and the units this CPU has run and count."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "unit_peaks.py"
+spec = importlib.util.spec_from_file_location("benchmarks_unit_peaks", PATH)
+unit_peaks = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = unit_peaks  # dataclasses look their module up there
+spec.loader.exec_module(unit_peaks)
+
+
+@pytest.mark.parametrize("unit", unit_peaks.UNITS, ids=lambda unit: unit.name)
+def test_every_units_loop_parses(unit):
+    from llvmlite import binding as llvm
+    module = llvm.parse_assembly(unit_peaks._vector_ir(unit))
+    module.verify()
+    assert unit.update.count("%out{i} =") == 1  # one accumulator update a step
+
+
+def test_the_units_this_cpu_has_run_at_a_positive_rate():
+    available = [unit for unit in unit_peaks.UNITS if unit_peaks.available(unit)]
+    assert available, "every x86-64 CPU the project supports has FMA"
+    for unit in available:
+        function, _engine = unit_peaks._compiled(unit_peaks._vector_ir(unit))
+        steps_per_s = unit_peaks._best_rate(function, unit_peaks.ACCUMULATORS, 10_000)
+        assert 1e6 < steps_per_s < 1e12, unit.name
