@@ -100,7 +100,7 @@ def tile_q8(typingctx, rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_
         zero_f, zero_i = ir.Constant(floats, [0.0] * LANES), ir.Constant(ints, [0] * LANES)
         undef_i, undef_f = ir.Constant(ints, ir.Undefined), ir.Constant(floats, ir.Undefined)
         splat = ir.Constant(ints, [0] * LANES)
-        offset = ir.Constant(ints, [7] * LANES)
+        offset = ir.Constant(ints, [X_OFFSET] * LANES)
         acc = [[cgutils.alloca_once_value(builder, zero_f) for _ in range(2)] for _ in range(n_rows)]
 
         def load(base, byte_offset, kind):
@@ -124,7 +124,7 @@ def tile_q8(typingctx, rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_
                         sums[r][h] = builder.call(dot, [sums[r][h], x, w[h]])
             for h in range(2):
                 column = builder.add(builder.mul(b, ir.Constant(i64, PANEL * 4)), ir.Constant(i64, 64 * h))
-                correction = builder.shl(load(wsum, column, ints), offset)
+                correction = builder.mul(load(wsum, column, ints), offset)
                 scale = load(ws, column, floats)
                 for r in range(n_rows):
                     index = builder.add(builder.mul(ldd, ir.Constant(i64, r)), b)
