@@ -1,6 +1,7 @@
 """compute.stage_turns: the stages of one process make their model calls in turn (true, the
 default) or at once (false)."""
 
+import os
 import threading
 import time
 
@@ -19,24 +20,26 @@ class _TimedRuntime(FakeRuntime):
     def __init__(self):
         super().__init__()
         self.intervals: list[tuple[float, float]] = []
+        self.stages_run: list[str] = []  # in the order they ran
         self.lock = threading.Lock()
 
-    def _timed(self, call, *args):
+    def _timed(self, stage, call, *args):
         start = time.monotonic()
         time.sleep(CALL_S)  # lets go of the interpreter, as the kernels do
         result = call(*args)
         with self.lock:
             self.intervals.append((start, time.monotonic()))
+            self.stages_run.append(stage)
         return result
 
     def encode(self, observation):
-        return self._timed(super().encode, observation)
+        return self._timed("perception", super().encode, observation)
 
     def build_prefix(self, embeddings, observation):
-        return self._timed(super().build_prefix, embeddings, observation)
+        return self._timed("prefix", super().build_prefix, embeddings, observation)
 
     def act(self, prefix, world, noise=None):
-        return self._timed(super().act, prefix, world, noise)
+        return self._timed("action", super().act, prefix, world, noise)
 
 
 def _overlaps(intervals) -> int:
@@ -56,6 +59,10 @@ def test_model_calls_take_turns_only_when_told(turns):
     assert len(runtime.intervals) > 20
     overlaps = _overlaps(runtime.intervals)
     assert (overlaps == 0) if turns else (overlaps > 0), f"{overlaps} overlapping calls of {len(runtime.intervals)}"
+    if turns:  # each prefix hands the turn to the action head, which goes before a waiting vision run
+        ran = runtime.stages_run[:-3]  # the graph's stop may cut the last round short
+        after_prefix = [ran[i + 1] for i, stage in enumerate(ran[:-1]) if stage == "prefix"]
+        assert after_prefix and set(after_prefix) == {"action"}, runtime.stages_run
 
 
 def _take_turns(turns, requests, holder_started, release, order):
@@ -76,7 +83,7 @@ def _take_turns(turns, requests, holder_started, release, order):
         thread.join(timeout=5)
 
 
-def test_the_stage_furthest_down_the_pipeline_goes_first_but_never_twice_while_others_wait():
+def test_calls_take_the_turn_in_the_order_they_asked():
     from embodied_ros.nodes.stage import ModelCallTurns
     turns, order = ModelCallTurns(), []
     release, started = threading.Event(), threading.Event()
@@ -91,8 +98,7 @@ def test_the_stage_furthest_down_the_pipeline_goes_first_but_never_twice_while_o
     started.wait(5)
     _take_turns(turns, [1, 4, 2], started, release, order)
     holder.join(timeout=5)
-    # 4 just ran (the holder): the prefix (2) goes before the action head's next call, then 4, then 1
-    assert order == [2, 4, 1]
+    assert order == [1, 4, 2]
 
 
 def test_a_re_solve_on_unchanged_input_gives_way_instead_of_waiting():
@@ -103,3 +109,70 @@ def test_a_re_solve_on_unchanged_input_gives_way_instead_of_waiting():
     with turns.turn(2):
         assert turns.turn_if_free(-1) is None
     assert turns.turn_if_free(-1) is not None
+
+
+def _hold_and_hand_down(turns, position, hand_down, release, started):
+    def hold():
+        with turns.turn(position) as held:
+            started.set()
+            release.wait(5)
+            if hand_down:
+                held.hand_down()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    started.wait(5)
+    return holder
+
+
+@pytest.mark.parametrize("hand_down", [True, False], ids=["handed down", "not handed down"])
+def test_a_handed_down_turn_goes_to_the_stage_fed_even_if_it_asks_after_the_release(hand_down):
+    from embodied_ros.nodes.stage import ModelCallTurns
+    turns, order = ModelCallTurns(handover_s=0.5), []
+    release, started = threading.Event(), threading.Event()
+    holder = _hold_and_hand_down(turns, 2, hand_down, release, started)  # the prefix computes
+
+    def ask(position):
+        with turns.turn(position):
+            order.append(position)
+
+    vision = threading.Thread(target=ask, args=(1,))  # waits for the turn since before the release
+    vision.start()
+    while 1 not in turns._waiting:
+        time.sleep(0.001)
+    release.set()
+    holder.join(timeout=5)
+    time.sleep(0.05)  # the prefix's output on its way to the action head
+    action = threading.Thread(target=ask, args=(4,))
+    action.start()
+    for thread in (vision, action):
+        thread.join(timeout=5)
+    assert order == ([4, 1] if hand_down else [1, 4])
+
+
+def test_a_hand_over_nobody_takes_lapses_and_the_waiting_call_goes():
+    from embodied_ros.nodes.stage import ModelCallTurns
+    turns = ModelCallTurns(handover_s=0.2)
+    with turns.turn(2) as held:
+        held.hand_down()
+    assert turns.turn_if_free(-1) is None  # the hand-over still runs: a re-solve gives way
+    started = time.monotonic()
+    with turns.turn(1):  # upstream of the hand-over: it waits it out
+        waited = time.monotonic() - started
+    assert 0.1 < waited < 2.0
+    free = turns.turn_if_free(-1)
+    assert free is not None
+    with free:
+        pass
+
+
+@pytest.mark.parametrize("overrides, threads", [
+    ({}, len(os.sched_getaffinity(0))),  # composed, in turn: one call at a time gets every core
+    ({"layout": "separate"}, 1),  # a process per stage: they compute at once
+    ({"compute.stage_turns": False}, 1),
+    ({"schedule.mode": "lockstep"}, 1),  # the same chunks as the separate layout's, bit for bit
+    ({"compute.blas_threads": 3, "layout": "separate"}, 3),
+])
+def test_blas_threads_follow_whether_model_calls_can_run_at_once(overrides, threads):
+    from embodied_ros.nodes.runtime_cache import blas_threads
+    assert blas_threads(load_config(None, overrides)) == threads

@@ -79,7 +79,7 @@ class ComposedGraph:
             raise
 
     def _start(self) -> None:
-        runtime = self.runtime or acquire_runtime(self.config)
+        runtime = acquire_runtime(self.config, self.runtime)
         store = ResultStore(self.config.transport.keep_last)
         parameters = node_parameters(self.config)
         names = graph_nodes(runtime.spec.has_world_model)

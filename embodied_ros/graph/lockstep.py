@@ -109,7 +109,7 @@ class LockstepGraph:
         self.close()
 
     def start(self) -> None:
-        runtime = self.runtime or acquire_runtime(self.config)
+        runtime = acquire_runtime(self.config, self.runtime)
         self.spec = runtime.spec
         self.node_names = graph_nodes(self.spec.has_world_model)
         self.cameras = self.config.inputs.cameras or self.spec.camera_names

@@ -266,15 +266,18 @@ class SyntheticConfig:
 
 @dataclass(frozen=True)
 class ComputeConfig:
-    blas_threads: int = _doc("threads of the BLAS library in each graph process (0: the library's default). Stages "
-                             "compute in parallel threads, so one BLAS thread each keeps them from fighting over "
-                             "the cores and from delaying the command stream", 1)
+    blas_threads: int = _doc("threads of the BLAS library in each graph process. 0: every core where the stages' "
+                             "model calls take turns (composed, compute.stage_turns, realtime), one where calls run "
+                             "at once (separate processes, or turns off), so that parallel calls do not fight over "
+                             "the cores, and in lock-step (the same chunks bit for bit in either layout); N: N "
+                             "threads", 0)
     stage_nice: int = _doc("added to the nice value of each stage's compute thread (and its kernels' threads), so "
                            "the inputs, the middleware and the controller get a core at once when every core "
                            "computes; 0: the stages run at the graph's priority", 5)
     stage_turns: bool = _doc("the stages of one process make their model calls in turn, not at once: each call's "
                              "parallel kernels use every core, so calls at once only take the cores from one "
-                             "another; the waiting call furthest down the pipeline goes first (false: at once)",
+                             "another; calls go in the order they asked, except that a stage's output hands the "
+                             "turn to the stage it feeds (false: at once)",
                              True)
     stall_exit_s: float = _doc("a graph process whose Python interpreter stays held this long (a call into the "
                                "middleware or a kernel that never returns) writes every thread's stack to its log "

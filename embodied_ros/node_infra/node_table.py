@@ -70,6 +70,12 @@ def upstream_of(name: str, has_world_model: bool) -> tuple[str, ...]:
     return tuple(upstream for upstream in node_spec(name).upstream if upstream in present)
 
 
+def stages_fed_by(name: str, has_world_model: bool) -> tuple[str, ...]:
+    """The scheduled nodes (model stages) that read `name`'s outputs in a graph for this kind of model."""
+    present = graph_nodes(has_world_model)
+    return tuple(node.name for node in NODES if node.schedule_key and node.name in present and name in node.upstream)
+
+
 def scheduled_nodes() -> tuple[GraphNodeSpec, ...]:
     """The nodes with a `schedule.*` period, in table order."""
     return tuple(node for node in NODES if node.schedule_key)

@@ -7,6 +7,7 @@ process's compute settings (`compute.*` of the graph config).
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -18,12 +19,15 @@ _lock = threading.Lock()
 _runtimes: dict[tuple[str, str], Runtime] = {}
 
 
-def acquire_runtime(config: GraphConfig) -> Runtime:
-    """Load (once per process) the configured bundle's runtime and warm it up."""
+def acquire_runtime(config: GraphConfig, injected: Runtime | None = None) -> Runtime:
+    """Load (once per process) the configured bundle's runtime and warm it up; `injected`: a runtime
+    made by the caller (tests), used instead. Either way the process's compute settings follow the config."""
+    apply_compute_settings(config)
+    if injected is not None:
+        return injected
     bundle, backend = config.bundle, config.backend
     if not bundle:
         raise ValueError("no bundle configured: set the `bundle` parameter to a model bundle file")
-    apply_compute_settings(config)
     with _lock:
         key = (bundle, backend)
         if key not in _runtimes:
@@ -57,7 +61,15 @@ def compile_kernel_cache(bundles: Sequence[str | Path] = ()) -> None:
 
 def apply_compute_settings(config: GraphConfig) -> None:
     """Process-wide settings of the numerical libraries."""
-    if config.compute.blas_threads:
-        from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits
 
-        threadpool_limits(config.compute.blas_threads, user_api="blas")
+    threadpool_limits(blas_threads(config), user_api="blas")
+
+
+def blas_threads(config: GraphConfig) -> int:
+    """The BLAS threads of a graph process of this config."""
+    if config.compute.blas_threads:
+        return config.compute.blas_threads
+    one_call_at_a_time = config.layout == "composed" and config.compute.stage_turns
+    # lock-step promises the same chunks in either layout, and OpenBLAS rounds differently on 2 threads
+    return len(os.sched_getaffinity(0)) if one_call_at_a_time and config.schedule.mode == "realtime" else 1

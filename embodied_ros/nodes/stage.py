@@ -12,11 +12,12 @@ import contextlib
 import threading
 import time
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 from rclpy.timer import Timer
 
-from embodied_ros.node_infra.node_table import NODE_NAMES, upstream_of
+from embodied_ros.node_infra.node_table import NODE_NAMES, stages_fed_by, upstream_of
+from embodied_ros.node_infra.polled import take_all
 from embodied_ros.node_infra.priority import lower_this_thread
 from embodied_ros.node_infra.schedule import FreeRunTrigger, LockstepGate
 from embodied_ros.node_infra.topics import stage_topic
@@ -27,42 +28,67 @@ from embodied_ros.nodes.base import GraphNode
 from embodied_ros.nodes.runtime_cache import acquire_runtime
 
 
-class ModelCallTurns:
-    """compute.stage_turns: one model call at a time in this process. Of the stages waiting for their
-    turn, the one furthest down the pipeline goes first, and no position takes two turns in a row
-    while another waits; a re-solve on unchanged input runs only when nobody else wants the turn. With a
-    plain lock a slow vision tower took the turn back before the action head that waits on the
-    prefix it had just fed: on two cores a released-size SmolVLA chunk was 5 s old when published,
-    for 2 s of compute."""
+HANDOVER_S = 0.05  # a stage output's way to the stage that reads it (a publish, an executor's wake)
 
-    def __init__(self) -> None:
+
+class ModelCallTurns:
+    """compute.stage_turns: one model call at a time in this process, in the order the calls asked for
+    the turn; a re-solve on unchanged input runs only when nobody else wants it. A call whose output
+    feeds another stage hands the turn down (`hand_down`): for `handover_s` after it ends, only a call
+    further down the pipeline may take it, the nearest first. Without that, the vision tower, waiting
+    since its timer fired, took the turn in the moment before the action head heard of the prefix it
+    waits on: on two cores a released-size SmolVLA chunk was 17 s old when published, for 9 s of
+    compute; and a fresh observation's prefix, preferred as the call furthest down, kept the vision
+    tower from ever taking it until its embeddings were too old to use."""
+
+    def __init__(self, handover_s: float = HANDOVER_S) -> None:
+        self.handover_s = handover_s
         self._changed = threading.Condition()
         self._busy = False
         self._waiting: list[int] = []  # pipeline positions of the calls waiting
         self._last: int | None = None  # the position that took the last turn
+        self._hand_down = False  # the holder's output feeds a stage further down
+        self._handed_down_until: float | None = None  # monotonic time the hand-over ends
 
-    def _next(self) -> int:
-        others = [p for p in self._waiting if p != self._last]
-        return max(others or self._waiting)
+    def _handover_left_s(self) -> float | None:
+        if self._handed_down_until is None:
+            return None
+        left = self._handed_down_until - time.monotonic()
+        if left <= 0:
+            self._handed_down_until = None
+            return None
+        return left
+
+    def _next(self) -> int | None:
+        if self._handover_left_s() is not None:
+            return min((p for p in self._waiting if p > self._last), default=None)
+        return self._waiting[0] if self._waiting else None
 
     def turn(self, position: int):
         """The turn of a call at pipeline `position`, once it comes (a context manager)."""
         with self._changed:
             self._waiting.append(position)
             while self._busy or position != self._next():
-                self._changed.wait()
+                self._changed.wait(self._handover_left_s())
             self._waiting.remove(position)
-            self._busy, self._last = True, position
+            self._take(position)
         return self._held()
 
     def turn_if_free(self, position: int):
-        """The turn if nobody has it or waits for it, else None: a re-solve on unchanged input gives
-        way instead of holding its thread behind calls that have new input."""
+        """The turn if nobody has it, waits for it or is handed it, else None: a re-solve on unchanged
+        input gives way instead of holding its thread behind calls that have new input."""
         with self._changed:
-            if self._busy or self._waiting:
+            if self._busy or self._waiting or self._handover_left_s() is not None:
                 return None
-            self._busy, self._last = True, position
+            self._take(position)
         return self._held()
+
+    def hand_down(self) -> None:
+        """Called by the holder whose output feeds a stage further down: the next turn is that stage's."""
+        self._hand_down = True
+
+    def _take(self, position: int) -> None:
+        self._busy, self._last, self._hand_down, self._handed_down_until = True, position, False, None
 
     @contextlib.contextmanager
     def _held(self):
@@ -71,6 +97,8 @@ class ModelCallTurns:
         finally:
             with self._changed:
                 self._busy = False
+                if self._hand_down:
+                    self._handed_down_until = time.monotonic() + self.handover_s
                 self._changed.notify_all()
 
 
@@ -104,11 +132,12 @@ class StageNode(GraphNode):
     # ---------------------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        self.runtime = self.injected_runtime or acquire_runtime(self.config)
+        self.runtime = acquire_runtime(self.config, self.injected_runtime)
         self.spec = self.runtime.spec
         schedule = self.config.schedule
         self.period = schedule.period_of(self.stage)
         self.upstreams = self.upstream_stages()
+        self.feeds_stages = bool(stages_fed_by(self.stage, self.spec.has_world_model))
         self.gate = LockstepGate(self.period, {name: schedule.period_of(name) for name in self.upstreams})
         self.latest: dict[str, tuple[int, Any]] = {}  # name -> (version, output), free-running
         self.used_versions: dict[str, int] = {}
@@ -120,8 +149,9 @@ class StageNode(GraphNode):
                                       slack_ns=step_ns // 2, resolves=self.runs_on_unchanged_input)
         self._timer: Timer | None = None
         self._read_upstream = self.drive.reader(by_step=self._upstream_of_step, newest=self._newest_upstream)
-        for name in self.upstreams:
-            self.subscribe(StageOutput, stage_topic(name), partial(self._on_upstream, name), self.drive.stage_qos())
+        self._upstream_subscriptions = {
+            name: self.subscribe(StageOutput, stage_topic(name), partial(self._on_upstream, name), self.drive.stage_qos())
+            for name in self.upstreams}
         self.output_publisher = self.make_output_publisher()
 
     def start(self) -> None:
@@ -139,65 +169,94 @@ class StageNode(GraphNode):
     def _on_upstream(self, name: str, msg: StageOutput) -> None:
         if not self.active:
             return
+        self._read_upstream(name, msg, self._decode_upstream(name, msg))
+
+    def _decode_upstream(self, name: str, msg: StageOutput) -> Any:
         try:
             output = decode_output(msg, self.store)
         except (LookupError, ValueError) as error:
             self.stats.record_error(f"{name}: {error}")
             output = None
         self.upstream_arrived(name, output)
-        self._read_upstream(name, msg, output)
+        return output
 
     def _upstream_of_step(self, name: str, msg: StageOutput, output: Any) -> None:
         self.gate.on_upstream(name, msg.step, output)
         self._drain()
 
     def _newest_upstream(self, name: str, msg: StageOutput, output: Any) -> None:
-        if output is None:
-            return
-        self.latest[name] = (time_to_ns(msg.header.stamp), output)
-        if self.trigger.arrived(name, self.now_ns()):
+        if self._keep_newest(name, msg, output):
             self._run_on_newest()
+
+    def _keep_newest(self, name: str, msg: StageOutput, output: Any) -> bool:
+        """Keep `output` as `name`'s newest; True when it should start a run now."""
+        if output is None:
+            return False
+        self.latest[name] = (time_to_ns(msg.header.stamp), output)
+        return self.trigger.arrived(name, self.now_ns())
+
+    def _take_waiting_upstream(self) -> None:
+        """The upstream outputs that came while this node's thread waited for the turn (its executor
+        could not hand them over), kept as the newest without starting another run."""
+        for name, subscription in self._upstream_subscriptions.items():
+            for msg, _ in take_all(subscription):
+                self._keep_newest(name, msg, self._decode_upstream(name, msg))
 
     def _drain(self) -> None:
         while (ready := self.gate.next_ready()) is not None:
             step, inputs = ready
-            self._run(step, inputs, self.step_clock.stamp_of(step))
+            self._in_turn(partial(self._run, step, inputs, self.step_clock.stamp_of(step)))
 
     def _on_timer(self) -> None:
         if self.trigger.timer_fired(self.now_ns()):
             self._run_on_newest()
 
     def _run_on_newest(self) -> None:
-        versions = {name: version for name, (version, _) in self.latest.items()}
-        if not self.runs_on_unchanged_input and versions == self.used_versions:
+        if not self.runs_on_unchanged_input and self._newest_versions() == self.used_versions:
             return  # nothing new upstream since the last run
         self.trigger.ran(self.now_ns())
         if self._timer is not None:
             self._timer.reset()  # the timer counts from this run
-        inputs = {name: output for name, (_, output) in self.latest.items()}
-        if self._run(0, inputs, self.now_ns(), fresh=versions != self.used_versions):
-            self.used_versions = versions
+        self._in_turn(self._run_newest, fresh=self._newest_versions() != self.used_versions)
 
-    def _run(self, step: int, inputs: dict[str, Any], now_ns: int, fresh: bool = True) -> bool:
-        """fresh: something upstream changed since the last run (a re-solve on the same input runs only
-        when no other call wants the turn)."""
+    def _run_newest(self) -> bool:
+        self._take_waiting_upstream()
+        versions = self._newest_versions()
+        inputs = {name: output for name, (_, output) in self.latest.items()}
+        if self._run(0, inputs, self.now_ns()):
+            self.used_versions = versions
+            return True
+        return False
+
+    def _newest_versions(self) -> dict[str, int]:
+        return {name: version for name, (version, _) in self.latest.items()}
+
+    def _in_turn(self, run: Callable[[], bool], fresh: bool = True) -> None:
+        """`run()` in this process's turn for model calls (compute.stage_turns); fresh: something
+        upstream changed since the last run (a re-solve on the same input runs only when no other
+        call wants the turn). A run that published hands the turn to the stages it feeds."""
+        lower_this_thread(self.config.compute.stage_nice)
+        if not self.config.compute.stage_turns:
+            run()
+            return
+        turn = MODEL_CALL_TURNS.turn(NODE_NAMES.index(self.stage)) if fresh else MODEL_CALL_TURNS.turn_if_free(-1)
+        if turn is None:
+            return  # a re-solve on unchanged input gives way to calls with new input
+        with turn as held:
+            if run() and self.feeds_stages:
+                held.hand_down()
+
+    def _run(self, step: int, inputs: dict[str, Any], now_ns: int) -> bool:
         problem = self._input_problem(inputs, now_ns)
         if problem:
             return self._skip(step, now_ns, problem, error=False)
-        lower_this_thread(self.config.compute.stage_nice)
         result, failure = None, None
-        turn = contextlib.nullcontext()
-        if self.config.compute.stage_turns:
-            turn = MODEL_CALL_TURNS.turn(NODE_NAMES.index(self.stage)) if fresh else MODEL_CALL_TURNS.turn_if_free(-1)
-            if turn is None:
-                return False  # a re-solve on unchanged input gives way to calls with new input
-        with turn:
-            started = time.perf_counter()  # after the wait for the turn: compute_ms is the call alone
-            try:
-                result = self.compute(step, inputs)
-            except Exception as error:  # a failing model call is reported; the node keeps serving
-                failure = error
-            compute_ms = (time.perf_counter() - started) * 1e3
+        started = time.perf_counter()  # in the turn: compute_ms is the call alone
+        try:
+            result = self.compute(step, inputs)
+        except Exception as error:  # a failing model call is reported; the node keeps serving
+            failure = error
+        compute_ms = (time.perf_counter() - started) * 1e3
         if failure is not None:
             return self._skip(step, now_ns, f"{type(failure).__name__}: {failure}", error=True)
         if result is None:

@@ -78,7 +78,7 @@ def replay(bag: str | Path, out_dir: str | Path, config: GraphConfig, options: R
 
     bag, out_dir = Path(bag), Path(out_dir)
     message_count = sum(info.count for info in bag_topics(bag).values())  # a bad bag fails before the model loads
-    runtime = runtime or acquire_runtime(config)
+    runtime = acquire_runtime(config, runtime)
     spec = runtime.spec
     cameras = config.inputs.cameras or spec.camera_names
     topic_map = TopicMap.for_cameras(cameras).with_overrides(options.topic_map)
