@@ -28,6 +28,7 @@ import numba
 import numpy as np
 
 from embodied_ros.kernels.cpu import vector_attention
+from embodied_ros.kernels.cpu.blas import split_product
 from embodied_ros.kernels.cpu.jit import jit, vector_units_available
 from embodied_ros.kernels.cpu.vector_attention import softmax_numerators
 from embodied_ros.kernels.registry import kernel, reference
@@ -88,6 +89,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | No
     q_heads = q.transpose(1, 0, 2)  # [Hq, Tq, d]
     k_heads = np.repeat(k.transpose(1, 0, 2), group, axis=0)  # [Hq, Tk, d]
     v_heads = np.repeat(v.transpose(1, 0, 2), group, axis=0)
+    split_product(q.shape[0] * q.shape[2] * k.shape[0])  # per head
     scores = (q_heads @ k_heads.transpose(0, 2, 1)) * np.float32(q.shape[2] ** -0.5)  # [Hq, Tq, Tk]
     if bias is not None:
         scores = scores + bias
@@ -159,6 +161,7 @@ def _grouped(q, keys, values, bias, key_bias):
     scores_block = _score_buffer(step * n_keys)
     inv_totals = np.empty(step, np.float32)
     scale = np.float32(width ** -0.5)
+    split_product(step * width * n_keys)
     for h in range(n_kv):
         for first in range(0, rows, step):
             last = min(rows, first + step)

@@ -21,6 +21,7 @@ import numpy as np
 
 from embodied_ros.kernels.attention import _cached_examples, _check_heads, _examples, _float32
 from embodied_ros.kernels.cpu.allocator import aligned_empty
+from embodied_ros.kernels.cpu.blas import split_product
 from embodied_ros.kernels.cpu.amx_gemm import BLOCK_ROWS, TILE, block_against_panels, round_into_tile_row
 from embodied_ros.kernels.cpu.bf16_gemm import (MAX_ROWS, Bf16Weight, bf16_bits, bf16_bits_of, padded_pairs,
                                                 round_into_pairs)
@@ -288,6 +289,7 @@ def _rounded_in_float32(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.nd
     q_groups = q.reshape(n_queries, n_kv, group, width).transpose(1, 0, 2, 3).reshape(n_kv, n_queries * group, width)
     out = np.empty((n_kv, n_queries * group, width), np.float32)
     inv_totals = np.empty(n_queries * group, np.float32)
+    split_product(q_groups.shape[1] * width * k.shape[0])
     for g in range(n_kv):
         scores = np.ascontiguousarray(to_bf16_values(q_groups[g]) @ to_bf16_values(k[:, g]).T)
         _numerators(scores, scores.shape[0], k.shape[0], np.float32(width ** -0.5), bias, group, inv_totals)

@@ -35,6 +35,7 @@ import numba
 import numpy as np
 
 from embodied_ros.kernels.cpu import gemm, int8_gemm
+from embodied_ros.kernels.cpu.blas import split_product
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, pack_bf16
 from embodied_ros.kernels.cpu.gemm import PANEL, PackedWeight, pack_weight
 from embodied_ros.kernels.cpu.int8_gemm import Q8Weight, pack_q8_0
@@ -137,6 +138,7 @@ def linear(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.
         weight = weight.dense()
     elif weight.dtype != np.float32:
         weight = weight.astype(np.float32)
+    split_product(x.size // weight.shape[1] * weight.size)
     y = x @ weight.T
     if bias is not None:
         y += bias
@@ -203,6 +205,7 @@ def _chunked_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
     n_out, n_in = weight.shape
     chunk = min(n_out, max(16, _CHUNK_BYTES // (4 * n_in)))
     scratch = _scratch(chunk * n_in).reshape(chunk, n_in)
+    split_product(rows.shape[0] * chunk * n_in)
     if chunk == n_out:
         dequantize_rows_into(weight, 0, n_out, scratch)
         return rows @ scratch.T
@@ -222,6 +225,7 @@ def _decoded_linear(rows: np.ndarray, weight: Q8Weight) -> np.ndarray:
     n_panels = weight.quants.shape[0]
     panels = min(n_panels, max(1, _CHUNK_BYTES // (4 * PANEL * n_in)))
     scratch = _scratch(panels * PANEL * n_in).reshape(panels * PANEL, n_in)
+    split_product(rows.shape[0] * min(n_out, panels * PANEL) * n_in)
     if panels == n_panels:
         int8_gemm.decode_panels(weight.quants, weight.scales, 0, n_panels, scratch)
         return rows @ scratch[:n_out].T

@@ -266,11 +266,11 @@ class SyntheticConfig:
 
 @dataclass(frozen=True)
 class ComputeConfig:
-    blas_threads: int = _doc("threads of the BLAS library in each graph process. 0: every core where the stages' "
-                             "model calls take turns (composed, compute.stage_turns, realtime), one where calls run "
-                             "at once (separate processes, or turns off), so that parallel calls do not fight over "
-                             "the cores, and in lock-step (the same chunks bit for bit in either layout); N: N "
-                             "threads", 0)
+    blas_threads: int = _doc("threads of the BLAS library in each graph process, for products large enough to split "
+                             "(smaller ones run on one). 0: every core where the stages' model calls take turns "
+                             "(composed, compute.stage_turns, realtime), one where calls run at once (separate "
+                             "processes, or turns off), so that parallel calls do not fight over the cores, and in "
+                             "lock-step (the same chunks bit for bit in either layout); N: N threads", 0)
     stage_nice: int = _doc("added to the nice value of each stage's compute thread (and its kernels' threads), so "
                            "the inputs, the middleware and the controller get a core at once when every core "
                            "computes; 0: the stages run at the graph's priority", 5)

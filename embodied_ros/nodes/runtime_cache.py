@@ -61,9 +61,9 @@ def compile_kernel_cache(bundles: Sequence[str | Path] = ()) -> None:
 
 def apply_compute_settings(config: GraphConfig) -> None:
     """Process-wide settings of the numerical libraries."""
-    from threadpoolctl import threadpool_limits
+    from embodied_ros.kernels.cpu.blas import limit_threads
 
-    threadpool_limits(blas_threads(config), user_api="blas")
+    limit_threads(blas_threads(config))
 
 
 def blas_threads(config: GraphConfig) -> int:
