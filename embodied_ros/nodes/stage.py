@@ -217,19 +217,25 @@ class StageNode(GraphNode):
         self.trigger.ran(self.now_ns())
         if self._timer is not None:
             self._timer.reset()  # the timer counts from this run
+        problem = self._input_problem(self._newest_inputs(), self.now_ns())
+        if problem:  # no wait for the turn on input that cannot be used
+            self._skip(0, self.now_ns(), problem, error=False)
+            return
         self._in_turn(self._run_newest, fresh=self._newest_versions() != self.used_versions)
 
     def _run_newest(self) -> bool:
         self._take_waiting_upstream()
         versions = self._newest_versions()
-        inputs = {name: output for name, (_, output) in self.latest.items()}
-        if self._run(0, inputs, self.now_ns()):
+        if self._run(0, self._newest_inputs(), self.now_ns()):
             self.used_versions = versions
             return True
         return False
 
     def _newest_versions(self) -> dict[str, int]:
         return {name: version for name, (version, _) in self.latest.items()}
+
+    def _newest_inputs(self) -> dict[str, Any]:
+        return {name: output for name, (_, output) in self.latest.items()}
 
     def _in_turn(self, run: Callable[[], bool], fresh: bool = True) -> None:
         """`run()` in this process's turn for model calls (compute.stage_turns); fresh: something
