@@ -176,3 +176,27 @@ def test_a_hand_over_nobody_takes_lapses_and_the_waiting_call_goes():
 def test_blas_threads_follow_whether_model_calls_can_run_at_once(overrides, threads):
     from embodied_ros.nodes.runtime_cache import blas_threads
     assert blas_threads(load_config(None, overrides)) == threads
+
+
+class _SlowVisionRuntime(_TimedRuntime):
+    """A vision tower ten times slower than the other calls, as a released-size model's on two cores."""
+
+    def encode(self, observation):
+        time.sleep(9 * CALL_S)
+        return super().encode(observation)
+
+
+def test_a_stage_that_waited_for_the_turn_computes_on_what_came_meanwhile():
+    # the prefix waits for its turn through each vision run, its node's executor held: the vision
+    # output it reads must be the one that run just made, not the run before's (then 1.2 s old)
+    from embodied_ros.graph.up import run_up
+
+    runtime = _SlowVisionRuntime()
+    config = load_config(None, {"schedule.step_period_s": 0.1, "schedule.perception": 1,
+                                "stages.max_input_age_s": 1.0})
+    run_up(config, duration_s=4.0, summary_period_s=4.0, domain_id=next_domain(), print_fn=lambda line: None,
+           runtime=runtime)
+    ran = runtime.stages_run
+    assert ran.count("prefix") >= 2, ran  # it ran on each vision output, so never found it too old
+    after_vision = [ran[i + 1] for i in range(ran.index("prefix") - 1, len(ran) - 1) if ran[i] == "perception"]
+    assert set(after_vision) == {"prefix"}, ran
