@@ -212,16 +212,18 @@ class StageNode(GraphNode):
             self._run_on_newest()
 
     def _run_on_newest(self) -> None:
-        if not self.runs_on_unchanged_input and self._newest_versions() == self.used_versions:
+        fresh = self._newest_versions() != self.used_versions
+        if not (fresh or self.runs_on_unchanged_input):
             return  # nothing new upstream since the last run
-        self.trigger.ran(self.now_ns())
+        now_ns = self.now_ns()
+        self.trigger.ran(now_ns)
         if self._timer is not None:
             self._timer.reset()  # the timer counts from this run
-        problem = self._input_problem(self._newest_inputs(), self.now_ns())
+        problem = self._input_problem(self._newest_inputs(), now_ns)
         if problem:  # no wait for the turn on input that cannot be used
-            self._skip(0, self.now_ns(), problem, error=False)
+            self._skip(0, now_ns, problem, error=False)
             return
-        self._in_turn(self._run_newest, fresh=self._newest_versions() != self.used_versions)
+        self._in_turn(self._run_newest, fresh=fresh)
 
     def _run_newest(self) -> bool:
         self._take_waiting_upstream()
