@@ -29,6 +29,7 @@ from embodied_ros.backbone.prefix_cache import PrefixCacheBuilder
 from embodied_ros.kernels.attention_bf16 import attention_for
 from embodied_ros.kernels.linear import PANEL, PackedWeight, pack_weight
 from embodied_ros.kernels.linear_bf16 import Bf16Weight, to_bf16_weight
+from embodied_ros.kernels.linear_int16 import I16Weight, pack_i16
 from embodied_ros.kernels.linear_int8 import Q8Weight, pack_q8_0
 from embodied_ros.kernels.quant import QuantTensor
 
@@ -93,6 +94,11 @@ def row_slice(weight: Any, start: int, stop: int) -> Any:
         if start % PANEL:
             return to_bf16_weight(weight.dense()[start:stop])
         return Bf16Weight(weight.panels[start // PANEL:-(-stop // PANEL)], (stop - start, weight.shape[1]))
+    if isinstance(weight, I16Weight):
+        if start % PANEL:
+            return pack_i16(weight.dense()[start:stop])  # the same integers: each row keeps its scale
+        first, end = start // PANEL, -(-stop // PANEL)
+        return I16Weight(weight.quants[first:end], weight.scales[PANEL * first:PANEL * end], (stop - start, weight.shape[1]))
     return weight[start:stop]
 
 

@@ -8,6 +8,10 @@
   Bf16Weight           bf16 pairs packed into panels (`pack_for_products` makes them from BF16
                        weights where the CPU has AVX512-BF16): bf16 products, float32 sums
                        (kernels/linear_bf16.py)
+  I16Weight            BF16 weights requantized to int16 per output feature (`pack_for_products`,
+                       where the CPU has AVX2 and no AVX-512): x quantized per 32-block, int16
+                       products (kernels/linear_int16.py); products of more than DECODE_ABOVE_ROWS
+                       rows decode it for BLAS
   Q8Weight             Q8_0 blocks repacked for int8 dot products (`pack_for_products`, where the
                        CPU has AVX512-VNNI or AVX2): x quantized per 32-block (kernels/linear_int8.py);
                        on AVX2, products of more than AVX2_MAX_ROWS rows decode it for BLAS
@@ -34,15 +38,17 @@ import threading
 import numba
 import numpy as np
 
-from embodied_ros.kernels.cpu import gemm, int8_gemm
+from embodied_ros.kernels.cpu import gemm, int8_gemm, int16_gemm
 from embodied_ros.kernels.cpu.blas import split_product
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, pack_bf16
 from embodied_ros.kernels.cpu.gemm import PANEL, PackedWeight, pack_weight
+from embodied_ros.kernels.cpu.int16_gemm import I16Weight, pack_i16
 from embodied_ros.kernels.cpu.int8_gemm import Q8Weight, pack_q8_0
 from embodied_ros.kernels.cpu.jit import jit, vector_units_available
 from embodied_ros.kernels.quant import (F16_TO_F32, QuantTensor, dequantize, dequantize_rows_into,
                                         q4_k_decode_row, q8_0_decode_row, random_quant_tensor)
 from embodied_ros.kernels.linear_bf16 import BF16_PRODUCTS, linear_bf16_numba
+from embodied_ros.kernels.linear_int16 import INT16_PRODUCTS, linear_int16_numba
 from embodied_ros.kernels.linear_int8 import INT8_PRODUCTS, linear_int8_numba
 from embodied_ros.kernels.registry import kernel, reference
 
@@ -88,6 +94,9 @@ def _examples(rng: np.random.Generator) -> list[tuple]:
     if int8_gemm.INT8_UNIT == "avx2":  # int8 panels at many rows, decoded for BLAS (with fewer, x is quantized)
         stored = random_quant_tensor(rng, "q8_0", (40, 64))
         cases.append((rng.standard_normal((70, 64), dtype=np.float32), pack_q8_0(stored.data, stored.shape), None))
+    # int16 panels at many rows, decoded for BLAS (with fewer, x is quantized: linear_int16's tests)
+    cases.append((rng.standard_normal((int16_gemm.DECODE_ABOVE_ROWS + 1, 45), dtype=np.float32),
+                  pack_i16(rng.standard_normal((40, 45), dtype=np.float32)), rng.standard_normal(40, dtype=np.float32)))
     x_t = rng.standard_normal((96, 11), dtype=np.float32)  # x as a transposed (non-contiguous) view
     cases.append((x_t.T, rng.standard_normal((40, 96), dtype=np.float32), None))
     cases.append((x_t.T, random_quant_tensor(rng, "q8_0", (7, 96)), rng.standard_normal(7, dtype=np.float32)))
@@ -100,7 +109,7 @@ def _check_shapes(x: np.ndarray, weight) -> None:
                          f"fit a weight of shape {tuple(weight.shape)} (out_features, in_features)")
 
 
-Weight = np.ndarray | PackedWeight | Bf16Weight | Q8Weight | QuantTensor
+Weight = np.ndarray | PackedWeight | Bf16Weight | I16Weight | Q8Weight | QuantTensor
 
 
 def pack_for_products(weight: Weight) -> Weight:
@@ -108,13 +117,17 @@ def pack_for_products(weight: Weight) -> Weight:
     float32 matrices packed into panels where the vector product runs, BF16 matrices into bf16 pair
     panels where the CPU multiplies bf16 (`BF16_PRODUCTS`; same size as stored), Q8_0 into int8
     panels where it has int8 dot products (`INT8_PRODUCTS`: AVX512-VNNI or AVX2; 40 bytes per 32
-    weights instead of 34), anything else unchanged. F16 stays F16, decoded to float32 as it is
+    weights instead of 34), BF16 matrices into int16 panels where the CPU has AVX2 and no AVX-512
+    (`INT16_PRODUCTS`: 1.1-1.3x OpenBLAS's float32 on Zen 3, kernels/cpu/int16_gemm.py), anything
+    else unchanged. F16 stays F16, decoded to float32 as it is
     packed: rounding it to bf16 would cost the precision F16 was chosen for (pi05_small: action error
     0.013 instead of 1e-3)."""
     if weight.ndim != 2:
         return weight
     if INT8_PRODUCTS and isinstance(weight, QuantTensor) and weight.qtype == "q8_0":
         return pack_q8_0(weight.data, weight.shape)
+    if INT16_PRODUCTS and isinstance(weight, QuantTensor) and weight.qtype == "bf16":
+        return pack_i16(dequantize(weight))
     if not VECTOR_GEMM:
         return weight
     if isinstance(weight, np.ndarray) and weight.dtype == np.float32:
@@ -134,7 +147,7 @@ def linear(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.
     elif isinstance(weight, Q8Weight):
         q_w, d_w = weight.blocks()
         weight = (q_w.reshape(*d_w.shape, -1) * d_w[:, :, None]).reshape(weight.shape)
-    elif isinstance(weight, (PackedWeight, Bf16Weight)):
+    elif isinstance(weight, (PackedWeight, Bf16Weight, I16Weight)):
         weight = weight.dense()
     elif weight.dtype != np.float32:
         weight = weight.astype(np.float32)
@@ -154,6 +167,13 @@ def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) 
         return gemm.matmul(x.reshape(-1, weight.shape[1]), weight, bias).reshape(*x.shape[:-1], weight.shape[0])
     if isinstance(weight, Bf16Weight):
         return linear_bf16_numba(x, weight, bias)
+    if isinstance(weight, I16Weight) and x.size // weight.shape[1] <= int16_gemm.DECODE_ABOVE_ROWS:
+        return linear_int16_numba(x, weight, bias)
+    if isinstance(weight, I16Weight):
+        y = _decoded_linear(x.reshape(-1, weight.shape[1]), weight)
+        if bias is not None:
+            y += bias
+        return y.reshape(*x.shape[:-1], weight.shape[0])
     if isinstance(weight, Q8Weight):
         if int8_gemm.INT8_UNIT == "avx2" and x.size // weight.shape[1] > int8_gemm.AVX2_MAX_ROWS:
             y = _decoded_linear(x.reshape(-1, weight.shape[1]), weight)
@@ -218,22 +238,23 @@ def _chunked_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
     return y
 
 
-def _decoded_linear(rows: np.ndarray, weight: Q8Weight) -> np.ndarray:
+def _decoded_linear(rows: np.ndarray, weight: Q8Weight | I16Weight) -> np.ndarray:
     """rows [N, in] @ weight^T through BLAS, the weight's panels decoded to float32 up to _CHUNK_BYTES
     at a time."""
     n_out, n_in = weight.shape
     n_panels = weight.quants.shape[0]
+    decode = int8_gemm.decode_panels if isinstance(weight, Q8Weight) else int16_gemm.decode_panels
     panels = min(n_panels, max(1, _CHUNK_BYTES // (4 * PANEL * n_in)))
     scratch = _scratch(panels * PANEL * n_in).reshape(panels * PANEL, n_in)
     split_product(rows.shape[0] * min(n_out, panels * PANEL) * n_in)
     if panels == n_panels:
-        int8_gemm.decode_panels(weight.quants, weight.scales, 0, n_panels, scratch)
+        decode(weight.quants, weight.scales, 0, n_panels, scratch)
         return rows @ scratch[:n_out].T
     y = np.empty((rows.shape[0], n_out), np.float32)
     for first in range(0, n_panels, panels):
         last = min(first + panels, n_panels)
         start, stop = first * PANEL, min(last * PANEL, n_out)
-        int8_gemm.decode_panels(weight.quants, weight.scales, first, last, scratch)
+        decode(weight.quants, weight.scales, first, last, scratch)
         y[:, start:stop] = rows @ scratch[:stop - start].T
     return y
 

@@ -22,7 +22,7 @@ import numpy as np
 BACKENDS = ("numpy", "numba", "cuda")
 # The modules that register ops, loaded once by `_load`: each public op module holds an op's numpy
 # reference and its numba kernel (their machinery is in cpu/); cuda/ holds the CUDA implementations.
-OP_MODULES = ("activations", "attention", "attention_bf16", "feed_forward", "gelu_erf", "linear", "linear_bf16", "linear_int8",
+OP_MODULES = ("activations", "attention", "attention_bf16", "feed_forward", "gelu_erf", "linear", "linear_bf16", "linear_int8", "linear_int16",
               "modulation", "norms",
               "qk_norm", "quant", "rope", "rope3d", "silu", "cpu.ternary_gemm",
               "cuda.attention", "cuda.elementwise", "cuda.linear", "cuda.norms", "cuda.rope", "cuda.ternary")

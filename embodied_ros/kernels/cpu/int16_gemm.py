@@ -1,0 +1,346 @@
+"""y = x @ W^T with int16 products on AVX2 (`vpmaddwd`), for float32 and 16-bit weights on CPUs
+without AVX-512.
+
+Such CPUs multiply float32 at 8 lanes per FMA, and `vpmaddwd` adds two int16 products into each of
+8 int32 lanes per instruction: on a Zen 3 core the pair (with the `vpaddd` that sums it) adds 1.55x
+as many products a cycle as FMA does (BENCHMARKS.md, unit_peaks_amd_zen3). Integers with 14 bits
+of magnitude lose less than bfloat16 does: W is quantized per output feature (d_w = max|w| / LEVELS,
+q_w = round(w / d_w)), x per 32-wide block (d_x likewise per block), so an outlier costs only its
+block, and a block's 32 products of at most LEVELS^2 sum exactly in int32. Each block's sum is
+scaled by d_x into y in float32; d_w scales y once at the end.
+
+The weight is packed once (`I16Weight`, 2 bytes a weight as bf16) into panels of 32 output
+features: per block, 16 steps of [32 features, 2 consecutive k] int16, so one 256-bit vector holds
+8 features' pairs and `vpmaddwd` with the broadcast pair of x adds both products into each
+feature's sum. The register tile takes up to 6 rows of x by half a panel: 12 int32 sums, 2 weight
+vectors and x's pair, within AVX2's 16 registers; y, in float32, is updated once a block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from llvmlite import binding as llvm_binding
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
+from embodied_ros.kernels.cpu.vector_ir import PANEL
+
+BLOCK = 32
+LEVELS = 8191  # |q| <= LEVELS on both sides: a block sums to at most 32 * 8191^2 < 2^31
+MAX_ROWS = 6
+# Above this many rows of x the panels are decoded to float32 for OpenBLAS. On two Zen 3 cores the
+# decoding path took 1.5-1.9x the int16 product's time at 50 rows, 1.15-3x at 128, 0.8-0.95x at
+# 256 and 0.77-1.2x at 512-3072 (benchmarks/int16_products.py); in a released-size SmolVLA chunk the
+# prefix (about 240 rows) ran 1.3x faster on int16 than on its BF16 weights decoded, and the vision
+# tower (3072 rows, its products alternating with OpenBLAS's attention) slower.
+DECODE_ABOVE_ROWS = 256
+DEPTH_BLOCKS = 8  # 32-blocks per pass over a panel: 8 x 2 KiB = 16 KiB, in L1
+_LANES = 8  # int32 / float32 lanes of an AVX2 vector
+_STEP_BYTES = PANEL * 2 * 2  # one step of a panel: 32 features x 2 int16
+_BLOCK_BYTES = (BLOCK // 2) * _STEP_BYTES
+
+
+def int16_unit() -> str | None:
+    """The instructions int16 products run on here: "avx_vnni" (`vpdpwssd` on 256-bit vectors, which
+    sums the pairs into the lanes itself), "avx2" (`vpmaddwd` then `vpaddd`), or None on CPUs with
+    AVX-512, whose 16-lane float32 and bf16 products are faster, or without AVX2 and FMA."""
+    features = llvm_binding.get_host_cpu_features()
+    if features.get("avx512f", False) or not (features.get("avx2", False) and features.get("fma", False)):
+        return None
+    return "avx_vnni" if features.get("avxvnni", False) else "avx2"
+
+
+def emit_tile(builder: ir.IRBuilder, unit: str, n_rows: int, xq_addr, xd_addr, ldd, wq_addr, c_addr, ldc,
+              blocks) -> None:
+    """tile_i16's LLVM IR for `unit` ("avx2" or "avx_vnni"); the arguments are i64 values."""
+    f32, i8, i16, i32, i64 = ir.FloatType(), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    floats, ints, shorts = ir.VectorType(f32, _LANES), ir.VectorType(i32, _LANES), ir.VectorType(i16, 2 * _LANES)
+    xq, wq = (builder.inttoptr(v, i8.as_pointer()) for v in (xq_addr, wq_addr))
+    xd, c = (builder.inttoptr(v, f32.as_pointer()) for v in (xd_addr, c_addr))
+
+    def declare(name, result, operands):
+        return cgutils.get_or_insert_function(builder.module, ir.FunctionType(result, operands), name)
+
+    if unit == "avx_vnni":
+        # As inline assembly: through its intrinsic, LLVM's tuning for Alder Lake splits most of
+        # them back into `vpmaddwd` and `vpaddd`.
+        fused = ir.InlineAsm(ir.FunctionType(ints, [ints, ints, ints]), "{vex} vpdpwssd $2, $1, $0", "=x,x,x,0")
+
+        def add_pairs(total, w, x):
+            return builder.call(fused, [x, w, total])
+    else:
+        pairs = declare("llvm.x86.avx2.pmadd.wd", ints, [shorts, shorts])
+
+        def add_pairs(total, w, x):
+            return builder.add(total, builder.call(pairs, [builder.bitcast(w, shorts), builder.bitcast(x, shorts)]))
+
+    fma = declare("llvm.fma.v8f32", floats, [floats] * 3)
+    zero = ir.Constant(ints, [0] * _LANES)
+    undef_i, undef_f = ir.Constant(ints, ir.Undefined), ir.Constant(floats, ir.Undefined)
+    splat = ir.Constant(ints, [0] * _LANES)
+    x_rows = [ir.Constant(i64, 2 * BLOCK * r) for r in range(n_rows)]
+
+    def load(base, byte_offset, kind):
+        pointer = builder.gep(base, [byte_offset])
+        return builder.load(builder.bitcast(pointer, kind.as_pointer()), align=1)
+
+    def broadcast(value, undef):
+        return builder.shuffle_vector(builder.insert_element(undef, value, ir.Constant(i32, 0)), undef, splat)
+
+    def y_at(r, v):
+        offset = builder.add(builder.mul(ldc, ir.Constant(i64, r)), ir.Constant(i64, _LANES * v))
+        return builder.bitcast(builder.gep(c, [offset]), floats.as_pointer())
+
+    # Half a panel at a time. The steps stay a loop, with the sums in memory LLVM keeps in registers:
+    # unrolled in the IR, LLVM re-associates each row's sum into a tree and spills.
+    for half in (range(0, 2), range(2, 4)):
+        sums = {(r, v): cgutils.alloca_once_value(builder, zero) for r in range(n_rows) for v in half}
+        with cgutils.for_range(builder, blocks) as loop:
+            b = loop.index
+            w_block = builder.mul(b, ir.Constant(i64, _BLOCK_BYTES))
+            x_block = builder.mul(b, ir.Constant(i64, 2 * BLOCK * n_rows))
+            for total in sums.values():
+                builder.store(zero, total)
+            with cgutils.for_range(builder, ir.Constant(i64, BLOCK // 2)) as steps:
+                w_step = builder.add(w_block, builder.mul(steps.index, ir.Constant(i64, _STEP_BYTES)))
+                x_step = builder.add(x_block, builder.mul(steps.index, ir.Constant(i64, 4)))
+                w = {v: load(wq, builder.add(w_step, ir.Constant(i64, 32 * v)), ints) for v in half}
+                for r in range(n_rows):
+                    x = broadcast(load(xq, builder.add(x_rows[r], x_step), i32), undef_i)
+                    for v in half:
+                        builder.store(add_pairs(builder.load(sums[r, v]), w[v], x), sums[r, v])
+            for r in range(n_rows):
+                dx = broadcast(builder.load(builder.gep(xd, [builder.add(builder.mul(ldd, ir.Constant(i64, r)), b)])),
+                               undef_f)
+                for v in half:
+                    target = y_at(r, v)
+                    total = builder.call(fma, [builder.sitofp(builder.load(sums[r, v]), floats), dx,
+                                               builder.load(target, align=4)])
+                    builder.store(total, target, align=4)
+
+
+INT16_UNIT = int16_unit()
+if INT16_UNIT == "avx_vnni":
+    llvm_binding.initialize_native_asmparser()  # numba's LLVM reads the tile's inline assembly with it
+
+
+@intrinsic
+def tile_i16(typingctx, rows, xq_addr, xd_addr, ldd, wq_addr, c_addr, ldc, blocks):
+    """y[rows, 32] += sum over `blocks` 32-blocks of d_x * sum(q_x * q_w).
+
+    xq: the tile's int16 rows block by block, [blocks, rows, 32]; xd: float32 block scales at
+    xd_addr + r * ldd (elements); wq: the panel's blocks [blocks, 16, 32, 2] int16; y: float32 rows at
+    c_addr + r * ldc elements.
+    """
+    if not isinstance(rows, types.IntegerLiteral):
+        return None
+    signature = types.void(rows, types.uintp, types.uintp, types.intp, types.uintp, types.uintp, types.intp,
+                           types.intp)
+
+    def codegen(context, builder, sig, args):
+        emit_tile(builder, INT16_UNIT or "avx2", rows.literal_value, *args[1:])
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@jit(inline="always")
+def _tile_rows(rows, xq, xd, ldd, wq, c, ldc, blocks):  # pragma: no cover - compiled
+    if rows == 6:
+        tile_i16(6, xq, xd, ldd, wq, c, ldc, blocks)
+    elif rows == 5:
+        tile_i16(5, xq, xd, ldd, wq, c, ldc, blocks)
+    elif rows == 4:
+        tile_i16(4, xq, xd, ldd, wq, c, ldc, blocks)
+    elif rows == 3:
+        tile_i16(3, xq, xd, ldd, wq, c, ldc, blocks)
+    elif rows == 2:
+        tile_i16(2, xq, xd, ldd, wq, c, ldc, blocks)
+    else:
+        tile_i16(1, xq, xd, ldd, wq, c, ldc, blocks)
+
+
+@jit(inline="always")
+def _tiles(n_rows):  # pragma: no cover - compiled
+    """(tiles, base, extra): n_rows split into tiles of at most MAX_ROWS rows, the first `extra` of
+    base + 1 rows, the others of base."""
+    tiles = (n_rows + MAX_ROWS - 1) // MAX_ROWS
+    return tiles, n_rows // tiles, n_rows % tiles
+
+
+@jit(inline="always")
+def _panels(xq, xd, wq, ws, bias, y, first, last):  # pragma: no cover - compiled
+    """Panels first..last of y = bias + d_w * (x @ W^T). xq: x's tiles (`_quantize_row`), xd [N, B]
+    float32, wq [P, B, 16, 32, 2] int16, ws / bias [32 P], y [N, 32 P]."""
+    n_rows, n_blocks = xd.shape
+    tiles, base, extra = _tiles(n_rows)
+    ldd, ldc = xd.strides[0] // 4, y.strides[0] // 4
+    for r in range(n_rows):
+        y[r, PANEL * first:PANEL * last] = 0.0
+    for b0 in range(0, n_blocks, DEPTH_BLOCKS):
+        b1 = min(b0 + DEPTH_BLOCKS, n_blocks)
+        for p in range(first, last):
+            row = 0
+            for t in range(tiles):
+                rows = base + 1 if t < extra else base
+                _tile_rows(rows, xq.ctypes.data + (row * n_blocks + rows * b0) * BLOCK * 2,
+                           xd.ctypes.data + (row * ldd + b0) * 4, ldd, wq[p, b0:].ctypes.data,
+                           y.ctypes.data + (row * ldc + PANEL * p) * 4, ldc, b1 - b0)
+                row += rows
+    for r in range(n_rows):
+        for j in range(PANEL * first, PANEL * last):
+            y[r, j] = y[r, j] * ws[j] + bias[j]
+
+
+@jit(parallel=True)
+def _product_parallel(xq, xd, wq, ws, bias, y, workers):  # pragma: no cover - compiled
+    n_panels = wq.shape[0]
+    for worker in numba.prange(workers):
+        _panels(xq, xd, wq, ws, bias, y, worker * n_panels // workers, (worker + 1) * n_panels // workers)
+
+
+@jit()
+def _product_serial(xq, xd, wq, ws, bias, y):  # pragma: no cover - compiled
+    _panels(xq, xd, wq, ws, bias, y, 0, wq.shape[0])
+
+
+@jit(inline="always")
+def _quantize_row(x, xq, xd, r):  # pragma: no cover - compiled
+    """Row r of x into xq, a flat int16 array holding x's row tiles one after the other, each block by
+    block ([B, rows, 32]), so a tile reads its x in one stream; its block scales into xd [N, B]."""
+    n_rows, n_in = x.shape
+    n_blocks = xd.shape[1]
+    tiles, base, extra = _tiles(n_rows)
+    if r < extra * (base + 1):
+        rows, local = base + 1, r % (base + 1)
+    else:
+        rows, local = base, (r - extra * (base + 1)) % base
+    start = (r - local) * n_blocks * BLOCK + local * BLOCK
+    for b in range(n_blocks):
+        end = min(BLOCK * b + BLOCK, n_in)
+        amax = np.float32(0.0)
+        for i in range(BLOCK * b, end):
+            amax = max(amax, abs(x[r, i]))
+        d = amax / np.float32(LEVELS)
+        inverse = np.float32(1.0) / d if d > 0 else np.float32(0.0)
+        xd[r, b] = d
+        out = start + b * rows * BLOCK - BLOCK * b
+        for i in range(BLOCK * b, end):
+            xq[out + i] = np.int16(np.round(x[r, i] * inverse))
+        for i in range(end, BLOCK * b + BLOCK):
+            xq[out + i] = 0
+
+
+@jit()
+def _quantize_serial(x, xq, xd):  # pragma: no cover - compiled
+    for r in range(x.shape[0]):
+        _quantize_row(x, xq, xd, r)
+
+
+@jit(parallel=True)
+def _quantize_parallel(x, xq, xd):  # pragma: no cover - compiled
+    for r in numba.prange(x.shape[0]):
+        _quantize_row(x, xq, xd, r)
+
+
+def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """numpy form of the kernels' quantization of x [N, k]: (q_x int16 [N, 32 B], d_x float32 [N, B]),
+    B = ceil(k / 32), k padded with zeros."""
+    n_rows, n_in = x.shape
+    n_blocks = -(-n_in // BLOCK)
+    padded = np.zeros((n_rows, n_blocks * BLOCK), np.float32)
+    padded[:, :n_in] = x
+    blocks = padded.reshape(n_rows, n_blocks, BLOCK)
+    d = (np.abs(blocks).max(axis=2) / np.float32(LEVELS)).astype(np.float32)
+    inverse = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d > 0)
+    q = np.round(blocks * inverse[:, :, None]).astype(np.int16)
+    return q.reshape(n_rows, -1), d
+
+
+@dataclass(frozen=True, eq=False)
+class I16Weight:
+    """A weight [out, in] quantized to int16 per output feature and packed for `vpmaddwd` (module doc)."""
+
+    quants: np.ndarray  # int16 [P, B, 16, 32, 2]: B 32-blocks of k (zero past in), 32 features (zero past out)
+    scales: np.ndarray  # float32 [32 P]: d_w per output feature
+    shape: tuple[int, int]
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.quants.nbytes + self.scales.nbytes)
+
+    def integers(self) -> np.ndarray:
+        """q_w int16 [out, in] as packed."""
+        n_out, n_in = self.shape
+        return self.quants.transpose(0, 3, 1, 2, 4).reshape(-1, self.quants.shape[1] * BLOCK)[:n_out, :n_in]
+
+    def dense(self) -> np.ndarray:
+        """The [out, in] float32 values the products multiply: q_w * d_w."""
+        return self.integers().astype(np.float32) * self.scales[:self.shape[0], None]
+
+
+def pack_i16(values: np.ndarray) -> I16Weight:
+    """[out, in] float matrix (float32, float16 or bf16 decoded) -> I16Weight, a panel at a time."""
+    n_out, n_in = values.shape
+    n_blocks, n_panels = -(-n_in // BLOCK), -(-n_out // PANEL)
+    quants = np.zeros((n_panels, n_blocks, BLOCK // 2, PANEL, 2), np.int16)
+    scales = np.zeros(n_panels * PANEL, np.float32)
+    for p in range(n_panels):
+        rows = np.asarray(values[PANEL * p:PANEL * p + PANEL], dtype=np.float32)
+        count = rows.shape[0]
+        d = (np.abs(rows).max(axis=1) / np.float32(LEVELS)).astype(np.float32)
+        inverse = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d > 0)
+        q = np.zeros((count, n_blocks * BLOCK), np.int16)
+        q[:, :n_in] = np.round(rows * inverse[:, None])
+        scales[PANEL * p:PANEL * p + count] = d
+        quants[p, :, :, :count] = q.reshape(count, n_blocks, BLOCK // 2, 2).transpose(1, 2, 0, 3)
+    return I16Weight(quants, scales, (n_out, n_in))
+
+
+def matmul_i16(x: np.ndarray, weight: I16Weight, bias: np.ndarray | None = None) -> np.ndarray:
+    """x [N, in] float32 @ weight^T + bias -> [N, out], x quantized per 32-block, int16 products."""
+    n_out, n_in = weight.shape
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n_in)
+    n_panels, n_blocks = weight.quants.shape[:2]
+    padded_bias = np.zeros(n_panels * PANEL, np.float32)
+    if bias is not None:
+        padded_bias[:n_out] = bias
+    y = np.empty((x.shape[0], n_panels * PANEL), np.float32)
+    if x.shape[0] == 0:
+        y[:] = padded_bias
+        return np.ascontiguousarray(y[:, :n_out])
+    xq = np.empty(x.shape[0] * n_blocks * BLOCK, np.int16)
+    xd = np.empty((x.shape[0], n_blocks), np.float32)
+    workers = min(numba.get_num_threads(), n_panels)
+    (_quantize_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else _quantize_serial)(x, xq, xd)
+    if workers > 1 and x.shape[0] * n_in * n_out >= PARALLEL_MIN_MACS:
+        _product_parallel(xq, xd, weight.quants, weight.scales, padded_bias, y, workers)
+    else:
+        _product_serial(xq, xd, weight.quants, weight.scales, padded_bias, y)
+    return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])
+
+
+@jit(parallel=True)
+def decode_panels(quants, scales, first, last, out):  # pragma: no cover - compiled
+    """Panels first..last of an I16Weight as float32 rows into out [32 (last - first), in]."""
+    n_in = out.shape[1]
+    for p in numba.prange(first, last):
+        for f in range(PANEL):
+            row = PANEL * (p - first) + f
+            d = scales[PANEL * p + f]
+            for b in range(quants.shape[1]):
+                for s in range(BLOCK // 2):
+                    for j in range(2):
+                        k = BLOCK * b + 2 * s + j
+                        if k < n_in:
+                            out[row, k] = quants[p, b, s, f, j] * d
