@@ -15,6 +15,7 @@ from embodied_ros.kernels import KernelSet
 from embodied_ros.kernels import linear as linear_module
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight
 from embodied_ros.kernels.cpu.gemm import PackedWeight
+from embodied_ros.kernels.cpu.int16_gemm import I16Weight
 from embodied_ros.kernels.cpu.int8_gemm import Q8Weight
 from embodied_ros.kernels.quant import QuantTensor
 from embodied_ros.backbone.paligemma import prepare_weights
@@ -117,6 +118,8 @@ def test_sixteen_bit_weights_stay_sixteen_bit_when_prepared(tmp_path, monkeypatc
         stored = bundle.tensor_info(name).nbytes
         if isinstance(weight, (PackedWeight, Bf16Weight)):
             resident = weight.panels.nbytes
+        elif isinstance(weight, I16Weight):
+            resident = weight.quants.nbytes  # + a float32 scale per output feature
         else:
             resident = weight.nbytes
         per_block = 40 / 34 if name.endswith("q8_0.weight") else 1  # int8 panels: 32 q + scale + sum per block
@@ -126,7 +129,11 @@ def test_sixteen_bit_weights_stay_sixteen_bit_when_prepared(tmp_path, monkeypatc
     if linear_module.BF16_PRODUCTS:
         assert prepared["expert.blk.0.ffn_down.f16.weight"].dtype == np.float16  # F16 precision kept
         assert isinstance(prepared["expert.blk.0.ffn_down.bf16.weight"], Bf16Weight)
+    if linear_module.INT16_PRODUCTS:
+        assert prepared["expert.blk.0.ffn_down.f16.weight"].dtype == np.float16
+        assert isinstance(prepared["expert.blk.0.ffn_down.bf16.weight"], I16Weight)
     monkeypatch.setattr(linear_module, "BF16_PRODUCTS", False)  # the fallback: decoded as packed, still 16-bit
+    monkeypatch.setattr(linear_module, "INT16_PRODUCTS", False)
     monkeypatch.setattr(linear_module, "INT8_PRODUCTS", False)
     fallback = prepare_weights(named, is_linear_weight, pack=True)
     assert isinstance(fallback["expert.blk.0.ffn_down.q8_0.weight"], QuantTensor)
@@ -134,16 +141,19 @@ def test_sixteen_bit_weights_stay_sixteen_bit_when_prepared(tmp_path, monkeypatc
     assert isinstance(fallback["expert.blk.0.ffn_down.bf16.weight"], QuantTensor)
 
 
-@pytest.mark.parametrize("units", [False] + [True] * (linear_module.BF16_PRODUCTS and linear_module.INT8_PRODUCTS))
+@pytest.mark.parametrize("units", [False] + [True] * ((linear_module.BF16_PRODUCTS or linear_module.INT16_PRODUCTS)
+                                                     and linear_module.INT8_PRODUCTS))
 def test_reduced_precision_products_match_float32_with_and_without_the_units(tmp_path, monkeypatch, units):
-    """With the CPU's bf16 / int8 units where it has them, and the fallback forced (today's paths)."""
-    monkeypatch.setattr(linear_module, "BF16_PRODUCTS", units)
+    """With the CPU's bf16 (or int16) / int8 units where it has them, and the fallback forced (today's paths)."""
+    sixteen_bit = Bf16Weight if linear_module.BF16_PRODUCTS else I16Weight
+    monkeypatch.setattr(linear_module, "BF16_PRODUCTS", units and linear_module.BF16_PRODUCTS)
+    monkeypatch.setattr(linear_module, "INT16_PRODUCTS", units and linear_module.INT16_PRODUCTS)
     monkeypatch.setattr(linear_module, "INT8_PRODUCTS", units)
     weights = _one_of_each(tmp_path)
     weights.pop("bundle")
     ks = KernelSet("numba")
     x = np.random.default_rng(4).standard_normal((50, 64), dtype=np.float32)
-    for qtype, packed_type in (("f16", None), ("bf16", Bf16Weight), ("q8_0", Q8Weight)):
+    for qtype, packed_type in (("f16", None), ("bf16", sixteen_bit), ("q8_0", Q8Weight)):
         stored = weights[f"{qtype}.weight"]
         values = stored.dequantize() if isinstance(stored, QuantTensor) else stored.astype(np.float32)
         prepared = linear_module.pack_for_products(stored)
