@@ -118,9 +118,9 @@ def pack_for_products(weight: Weight) -> Weight:
     panels where the CPU multiplies bf16 (`BF16_PRODUCTS`; same size as stored), Q8_0 into int8
     panels where it has int8 dot products (`INT8_PRODUCTS`: AVX512-VNNI or AVX2; 40 bytes per 32
     weights instead of 34), BF16 matrices into int16 panels where the CPU has AVX2 and no AVX-512
-    (`INT16_PRODUCTS`: 1.1-1.3x OpenBLAS's float32 on Zen 3, kernels/cpu/int16_gemm.py), anything
-    else unchanged. F16 stays F16, decoded to float32 as it is
-    packed: rounding it to bf16 would cost the precision F16 was chosen for (pi05_small: action error
+    (`INT16_PRODUCTS`: at the action expert's 50 rows 1.5-1.9x faster than decoding them for BLAS
+    on Zen 3, kernels/cpu/int16_gemm.py), anything else unchanged. F16 stays F16, decoded to
+    float32 as it is packed: rounding it to bf16 would cost the precision F16 was chosen for (pi05_small: action error
     0.013 instead of 1e-3)."""
     if weight.ndim != 2:
         return weight
@@ -167,20 +167,13 @@ def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) 
         return gemm.matmul(x.reshape(-1, weight.shape[1]), weight, bias).reshape(*x.shape[:-1], weight.shape[0])
     if isinstance(weight, Bf16Weight):
         return linear_bf16_numba(x, weight, bias)
-    if isinstance(weight, I16Weight) and x.size // weight.shape[1] <= int16_gemm.DECODE_ABOVE_ROWS:
-        return linear_int16_numba(x, weight, bias)
-    if isinstance(weight, I16Weight):
-        y = _decoded_linear(x.reshape(-1, weight.shape[1]), weight)
-        if bias is not None:
-            y += bias
-        return y.reshape(*x.shape[:-1], weight.shape[0])
-    if isinstance(weight, Q8Weight):
-        if int8_gemm.INT8_UNIT == "avx2" and x.size // weight.shape[1] > int8_gemm.AVX2_MAX_ROWS:
+    if isinstance(weight, (I16Weight, Q8Weight)):
+        if x.size // weight.shape[1] > _decode_above_rows(weight):
             y = _decoded_linear(x.reshape(-1, weight.shape[1]), weight)
             if bias is not None:
                 y += bias
             return y.reshape(*x.shape[:-1], weight.shape[0])
-        return linear_int8_numba(x, weight, bias)
+        return (linear_int16_numba if isinstance(weight, I16Weight) else linear_int8_numba)(x, weight, bias)
     rows = x.reshape(-1, weight.shape[1])
     if VECTOR_GEMM or isinstance(weight, PackedWeight):
         y = gemm.matmul(rows, _gemm_weight(weight), bias)
@@ -192,6 +185,14 @@ def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) 
         if bias is not None:
             y += bias
     return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _decode_above_rows(weight: I16Weight | Q8Weight) -> float:
+    """Above this many rows of x, integer panels are decoded for BLAS: the integer tiles on AVX2 win
+    only at fewer rows."""
+    if isinstance(weight, I16Weight):
+        return int16_gemm.DECODE_ABOVE_ROWS
+    return int8_gemm.AVX2_MAX_ROWS if int8_gemm.INT8_UNIT == "avx2" else np.inf
 
 
 def _gemm_weight(weight: Weight) -> Weight:
