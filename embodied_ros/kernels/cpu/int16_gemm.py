@@ -1,4 +1,4 @@
-"""y = x @ W^T with int16 products on AVX2 (`vpmaddwd`), for float32 and 16-bit weights on CPUs
+"""y = x @ W^T with int16 products on AVX2 (`vpmaddwd`, or AVX-VNNI's `vpdpwssd`), for BF16 weights on CPUs
 without AVX-512.
 
 Such CPUs multiply float32 at 8 lanes per FMA, and `vpmaddwd` adds two int16 products into each of
