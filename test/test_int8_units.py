@@ -1,11 +1,13 @@
-"""Q8_0 weights multiply in int8 where the CPU can: `vpdpbusd` on AVX512-VNNI, `vpmaddubsw` on AVX2
-without AVX-512; on AVX2, products of many rows decode the packed panels for BLAS instead. On a CPU
-with neither these tests check that the stored blocks are kept (the fallback)."""
+"""Q8_0 weights multiply in int8 where the CPU can: `vpdpbusd` on AVX512-VNNI and on AVX-VNNI (256-bit,
+AVX2 CPUs without AVX-512), `vpmaddubsw` on AVX2 without either; on AVX2 alone, products of many rows
+decode the packed panels for BLAS instead. On a CPU with none of these the tests check that the stored
+blocks are kept (the fallback)."""
 
 from __future__ import annotations
 
 import numpy as np
 from llvmlite import binding as llvm_binding
+from llvmlite import ir
 
 from embodied_ros.kernels import linear as linear_module
 from embodied_ros.kernels.cpu import int8_gemm
@@ -21,7 +23,10 @@ def test_the_unit_follows_the_cpu():
     if FEATURES.get("avx512f") and FEATURES.get("avx512vnni"):
         assert int8_gemm.INT8_UNIT == "avx512_vnni"
     elif FEATURES.get("avx2") and FEATURES.get("fma") and not FEATURES.get("avx512f"):
-        assert int8_gemm.INT8_UNIT == "avx2" and int8_gemm.MAX_ROWS == 4
+        if FEATURES.get("avxvnni"):
+            assert int8_gemm.INT8_UNIT == "avx_vnni" and int8_gemm.MAX_ROWS == 6 and int8_gemm.X_OFFSET == 128
+        else:
+            assert int8_gemm.INT8_UNIT == "avx2" and int8_gemm.MAX_ROWS == 4 and int8_gemm.X_OFFSET == 0
     else:
         assert int8_gemm.INT8_UNIT is None
 
@@ -52,3 +57,25 @@ def test_decoded_panels_are_the_stored_values():
     int8_gemm.decode_panels(weight.quants, weight.scales, 0, 2, out)
     np.testing.assert_array_equal(out[:45], stored.dequantize())
     assert not out[45:].any()  # padding features decode to zeros
+
+
+def test_the_avx_vnni_tile_compiles_to_vpdpbusd():
+    """Compiled for an AVX-VNNI CPU (Alder Lake) whatever this CPU is: each step of a row and vector is
+    one `vpdpbusd`, and the AVX2 sequence is gone; the AVX2 tile keeps it."""
+    llvm_binding.initialize_native_asmparser()
+    assembly = {}
+    for unit in ("avx_vnni", "avx2"):
+        module = ir.Module(unit)
+        i64 = ir.IntType(64)
+        function = ir.Function(module, ir.FunctionType(ir.VoidType(), [i64] * 10 + [ir.IntType(1), i64]), "tile")
+        builder = ir.IRBuilder(function.append_basic_block())
+        int8_gemm.emit_ymm_tile(builder, unit, 6, *function.args)
+        builder.ret_void()
+        parsed = llvm_binding.parse_assembly(str(module))
+        parsed.verify()
+        machine = llvm_binding.Target.from_default_triple().create_target_machine(cpu="alderlake", opt=3)
+        assembly[unit] = machine.emit_assembly(parsed)
+    fused = assembly["avx_vnni"].count("vpdpbusd")
+    assert fused and fused % (6 * 2 * 2) == 0  # 6 rows x 2 vectors in each half of the panel, per step
+    assert "vpmaddubsw" not in assembly["avx_vnni"] and "vpmaddwd" not in assembly["avx_vnni"]
+    assert "vpmaddubsw" in assembly["avx2"] and "vpdpbusd" not in assembly["avx2"]

@@ -13,8 +13,9 @@
                        products (kernels/linear_int16.py); products of more than DECODE_ABOVE_ROWS
                        rows decode it for BLAS
   Q8Weight             Q8_0 blocks repacked for int8 dot products (`pack_for_products`, where the
-                       CPU has AVX512-VNNI or AVX2): x quantized per 32-block (kernels/linear_int8.py);
-                       on AVX2, products of more than AVX2_MAX_ROWS rows decode it for BLAS
+                       CPU has AVX512-VNNI, AVX-VNNI or AVX2): x quantized per 32-block
+                       (kernels/linear_int8.py); on AVX2 without AVX-VNNI, products of more than
+                       AVX2_MAX_ROWS rows decode it for BLAS
   float16 ndarray      decoded as packed by the vector product (elsewhere upcast on every call)
   QuantTensor          q8_0 / q4_k / bf16 blocks, dequantized inside the kernel
 x may have any leading dimensions: [..., in] -> [..., out].
@@ -116,7 +117,7 @@ def pack_for_products(weight: Weight) -> Weight:
     """The form of a weight the numba product reads fastest, to be kept instead of the stored one:
     float32 matrices packed into panels where the vector product runs, BF16 matrices into bf16 pair
     panels where the CPU multiplies bf16 (`BF16_PRODUCTS`; same size as stored), Q8_0 into int8
-    panels where it has int8 dot products (`INT8_PRODUCTS`: AVX512-VNNI or AVX2; 40 bytes per 32
+    panels where it has int8 dot products (`INT8_PRODUCTS`: AVX512-VNNI, AVX-VNNI or AVX2; 40 bytes per 32
     weights instead of 34), BF16 matrices into int16 panels where the CPU has AVX2 and no AVX-512
     (`INT16_PRODUCTS`: at the action expert's 50 rows 1.5-1.9x faster than decoding them for BLAS
     on Zen 3, kernels/cpu/int16_gemm.py), anything else unchanged. F16 stays F16, decoded to

@@ -3,8 +3,8 @@
 x is quantized per 32-wide block as llama.cpp's CPU backend does for Q8_0 (kernels/cpu/int8_gemm.py);
 each block's int8 sum is exact, then scaled by d_w * d_x and summed in float32. The reference
 quantizes x the same way in numpy and sums in float64; the numba kernel runs `vpdpbusd` where the
-CPU has AVX512-VNNI, `vpmaddubsw` where it has AVX2 and no AVX-512 (`INT8_PRODUCTS`), else the
-reference. `pack_for_products` makes Q8Weights from Q8_0 weights where the CPU has either.
+CPU has AVX512-VNNI or AVX-VNNI (256-bit, on AVX2 CPUs without AVX-512), `vpmaddubsw` where it has
+AVX2 and neither (`INT8_PRODUCTS`), else the reference. `pack_for_products` makes Q8Weights from Q8_0 weights where the CPU has either.
 """
 
 from __future__ import annotations

@@ -22,6 +22,12 @@ products a ns (the instruction sequence's peak is 94, float32 FMA's 50: benchmar
 OpenBLAS's float32 product 43-44), 39-48 while x was stored with the offset and flipped back per row;
 on two cores it is 0.8-1.05x OpenBLAS's at 1024-3072 rows, so above AVX2_MAX_ROWS rows the panels are
 still decoded into a float32 buffer for OpenBLAS.
+
+AVX2 CPUs with AVX-VNNI (Intel's client parts; `INT8_UNIT` "avx_vnni") have `vpdpbusd` on 256-bit
+vectors: the same tile, 6 rows by half a panel, one instruction per row and vector a step, x stored
+unsigned with the correction as on AVX512-VNNI. It adds 32 products an instruction where float32
+FMA adds 8, so its products are not decoded at any row count; the tile is written as inline
+assembly, as int16_gemm's `vpdpwssd` is, and checked compiled for such a CPU where this one lacks it.
 """
 
 from __future__ import annotations
@@ -51,18 +57,22 @@ def int8_products_available() -> bool:
 
 
 def int8_unit() -> str | None:
-    """The instructions Q8_0 products run on here: "avx512_vnni", "avx2" (no AVX-512) or None."""
+    """The instructions Q8_0 products run on here: "avx512_vnni", "avx_vnni" (`vpdpbusd` on 256-bit
+    vectors, an AVX2 CPU without AVX-512), "avx2" (neither) or None."""
     if int8_products_available():
         return "avx512_vnni"
     features = llvm_binding.get_host_cpu_features()
     if features.get("avx2", False) and features.get("fma", False) and not features.get("avx512f", False):
-        return "avx2"
+        return "avx_vnni" if features.get("avxvnni", False) else "avx2"
     return None
 
 
 INT8_UNIT = int8_unit()
+if INT8_UNIT == "avx_vnni":
+    llvm_binding.initialize_native_asmparser()  # numba's LLVM reads the tile's inline assembly with it
 MAX_ROWS = 4 if INT8_UNIT == "avx2" else 6
-X_OFFSET = 0 if INT8_UNIT == "avx2" else 128  # added to q_x as it is stored: vpdpbusd reads x unsigned
+X_OFFSET_OF = {"avx512_vnni": 128, "avx_vnni": 128, "avx2": 0}  # added to q_x as stored: vpdpbusd reads x unsigned
+X_OFFSET = X_OFFSET_OF.get(INT8_UNIT, 128)
 AVX2_MAX_ROWS = 64  # above this many rows of x, AVX2 CPUs decode the panels for OpenBLAS
 
 
@@ -85,9 +95,9 @@ def tile_q8(typingctx, rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_
     def codegen(context, builder, sig, args):
         (_, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_addr, c_addr, ldc, blocks, accumulate,
          bias_addr) = args
-        if INT8_UNIT == "avx2":
-            _avx2_tile(builder, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, c_addr, ldc, blocks,
-                       accumulate, bias_addr)
+        if INT8_UNIT in ("avx2", "avx_vnni"):
+            emit_ymm_tile(builder, INT8_UNIT, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_addr,
+                          c_addr, ldc, blocks, accumulate, bias_addr)
             return context.get_dummy_value()
         f32, i8, i32, i64 = ir.FloatType(), ir.IntType(8), ir.IntType(32), ir.IntType(64)
         floats, ints = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
@@ -147,9 +157,10 @@ def tile_q8(typingctx, rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_
     return signature, codegen
 
 
-def _avx2_tile(builder, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, c_addr, ldc, blocks, accumulate,
-               bias_addr) -> None:
-    """tile_q8's LLVM IR for AVX2 (module doc): vectors of 8 features, y updated once a block."""
+def emit_ymm_tile(builder, unit, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, wsum_addr, c_addr, ldc,
+                  blocks, accumulate, bias_addr) -> None:
+    """tile_q8's LLVM IR for 256-bit vectors (module doc), `unit` "avx2" or "avx_vnni": vectors of 8
+    features, y updated once a block."""
     lanes = LANES // 2
     f32, i1, i8, i16, i32, i64 = (ir.FloatType(), ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32),
                                   ir.IntType(64))
@@ -157,13 +168,25 @@ def _avx2_tile(builder, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, c_
     shorts, octets = ir.VectorType(i16, 2 * lanes), ir.VectorType(i8, 4 * lanes)
     xq, wq = (builder.inttoptr(v, i8.as_pointer()) for v in (xq_addr, wq_addr))
     xd, ws, c, bias = (builder.inttoptr(v, f32.as_pointer()) for v in (xd_addr, ws_addr, c_addr, bias_addr))
+    wsum = builder.inttoptr(wsum_addr, i32.as_pointer())
 
     def declare(name, result, operands):
         return cgutils.get_or_insert_function(builder.module, ir.FunctionType(result, operands), name)
 
-    sign = declare("llvm.x86.avx2.psign.b", octets, [octets, octets])
-    pairs = declare("llvm.x86.avx2.pmadd.ub.sw", shorts, [octets, octets])
-    quads = declare("llvm.x86.avx2.pmadd.wd", ints, [shorts, shorts])
+    if unit == "avx_vnni":
+        # As inline assembly, as int16_gemm's `vpdpwssd`; x (q_x + 128) is the unsigned operand.
+        fused = ir.InlineAsm(ir.FunctionType(ints, [ints, ints, ints]), "{vex} vpdpbusd $2, $1, $0", "=x,x,x,0")
+
+        def add_quads(total, w, w_abs, x):
+            return builder.call(fused, [x, builder.bitcast(w, ints), total])
+    else:
+        sign = declare("llvm.x86.avx2.psign.b", octets, [octets, octets])
+        pairs = declare("llvm.x86.avx2.pmadd.ub.sw", shorts, [octets, octets])
+        quads = declare("llvm.x86.avx2.pmadd.wd", ints, [shorts, shorts])
+
+        def add_quads(total, w, w_abs, x):
+            products = builder.call(pairs, [w_abs, builder.call(sign, [builder.bitcast(x, octets), w])])
+            return builder.add(total, builder.call(quads, [products, ones]))
     magnitude = declare("llvm.abs.v32i8", octets, [octets, i1])
     fma = declare("llvm.fma.v8f32", floats, [floats] * 3)
     zero, ones = ir.Constant(ints, [0] * lanes), ir.Constant(shorts, [1] * 2 * lanes)
@@ -184,8 +207,8 @@ def _avx2_tile(builder, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, c_
             start = builder.select(accumulate, builder.load(y_at(c, r, v), align=4),
                                    builder.load(y_at(bias, 0, v), align=4))
             builder.store(start, y_at(c, r, v), align=4)
-    # Half a panel at a time: 2 vectors' block sums for each row, |q_w| and q_w held for the rows,
-    # within AVX2's 16 registers.
+    # Half a panel at a time: 2 vectors' block sums for each row, q_w (and on AVX2 |q_w|) held for
+    # the rows, within AVX2's 16 registers.
     for half in (range(0, 2), range(2, 4)):
         sums = {(r, v): cgutils.alloca_once_value(builder, zero) for r in range(n_rows) for v in half}
         with cgutils.for_range(builder, blocks) as loop:
@@ -196,27 +219,27 @@ def _avx2_tile(builder, n_rows, xq_addr, ldq, xd_addr, ldd, wq_addr, ws_addr, c_
                 w_start = builder.add(builder.mul(b, ir.Constant(i64, _BLOCK_BYTES)),
                                       builder.mul(steps.index, ir.Constant(i64, PANEL * 4)))
                 w = {v: load(wq, builder.add(w_start, ir.Constant(i64, 32 * v)), octets) for v in half}
-                w_abs = {v: builder.call(magnitude, [w[v], ir.Constant(i1, 0)]) for v in half}
+                w_abs = ({v: builder.call(magnitude, [w[v], ir.Constant(i1, 0)]) for v in half} if unit == "avx2"
+                         else dict.fromkeys(half))
                 k = builder.add(builder.mul(b, ir.Constant(i64, BLOCK)), builder.mul(steps.index, ir.Constant(i64, 4)))
                 for r in range(n_rows):
                     quad = load(xq, builder.add(builder.mul(ldq, ir.Constant(i64, r)), k), i32)
                     x = builder.shuffle_vector(builder.insert_element(undef_i, quad, ir.Constant(i32, 0)), undef_i,
                                                splat)
-                    x = builder.bitcast(x, octets)
                     for v in half:
-                        products = builder.call(pairs, [w_abs[v], builder.call(sign, [x, w[v]])])
-                        builder.store(builder.add(builder.load(sums[r, v]), builder.call(quads, [products, ones])),
-                                      sums[r, v])
+                        builder.store(add_quads(builder.load(sums[r, v]), w[v], w_abs[v], x), sums[r, v])
             for v in half:
                 column = builder.add(builder.mul(b, ir.Constant(i64, PANEL * 4)), ir.Constant(i64, 32 * v))
                 scale = load(ws, column, floats)
+                correction = builder.mul(load(wsum, column, ints), ir.Constant(ints, [X_OFFSET_OF[unit]] * lanes))
                 for r in range(n_rows):
                     dx = builder.load(builder.gep(xd, [builder.add(builder.mul(ldd, ir.Constant(i64, r)), b)]))
                     dx = builder.shuffle_vector(builder.insert_element(undef_f, dx, ir.Constant(i32, 0)), undef_f,
                                                 splat)
                     target = y_at(c, r, v)
-                    total = builder.call(fma, [builder.sitofp(builder.load(sums[r, v]), floats),
-                                               builder.fmul(scale, dx), builder.load(target, align=4)])
+                    exact = builder.sub(builder.load(sums[r, v]), correction)
+                    total = builder.call(fma, [builder.sitofp(exact, floats), builder.fmul(scale, dx),
+                                               builder.load(target, align=4)])
                     builder.store(total, target, align=4)
 
 
