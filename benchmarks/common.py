@@ -222,14 +222,25 @@ def _cpu_model() -> str:
 CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
 
 
+MASKED_FEATURES_ENV = "EMBODIED_ROS_MASKED_CPU_FEATURES"  # set by avx2_only.py: prefixes of hidden features
+
+
+def masked_features() -> tuple[str, ...]:
+    """Prefixes of the CPU features this process runs without (avx2_only.py), or ()."""
+    return tuple(prefix for prefix in os.environ.get(MASKED_FEATURES_ENV, "").split(",") if prefix)
+
+
 def cpu_features() -> str:
-    """The CPU's vector and matrix extensions that decide which kernels run (/proc/cpuinfo flags)."""
+    """The CPU's vector and matrix extensions that decide which kernels run (/proc/cpuinfo flags),
+    without those this process runs without."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
     except (OSError, StopIteration):
         return "unknown"
-    return " ".join(flag for flag in CPU_FEATURES if flag in flags) or "none of " + " ".join(CPU_FEATURES)
+    hidden = masked_features()
+    shown = [flag for flag in CPU_FEATURES if flag in flags and not (hidden and flag.startswith(hidden))]
+    return " ".join(shown) or "none of " + " ".join(CPU_FEATURES)
 
 
 def machine_line(info: dict | None = None) -> str:
@@ -242,7 +253,9 @@ def machine_line(info: dict | None = None) -> str:
         kernels = f" ({blas['kernels']} kernels" + (f", OPENBLAS_CORETYPE={forced})" if forced else ")")
     return (f"{info['cpu_model']} ({cpu_features()}), {info['usable_cpus']} usable of {info['logical_cpus']} CPUs, "
             f"load average {info['loadavg_1_5_15'][0]}; Python {info['python']}, numpy {info.get('numpy')} "
-            f"with {blas.get('name', 'unknown BLAS')} {blas.get('version', '')}".rstrip() + kernels)
+            f"with {blas.get('name', 'unknown BLAS')} {blas.get('version', '')}".rstrip() + kernels
+            + (f"; run as an AVX2-only CPU (benchmarks/avx2_only.py: {', '.join(p + '*' for p in masked_features())} "
+               "hidden)" if masked_features() else ""))
 
 
 # ---------------------------------------------------------------- BENCHMARKS.md
