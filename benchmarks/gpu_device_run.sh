@@ -30,17 +30,10 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TORCHINDUCTOR_COMPILE_THREADS=${TORCH
 
 { date -u; nvidia-smi; lscpu | head -20; "$PY" -c 'import sys, numpy, numba, cupy; print(sys.version); print("numpy", numpy.__version__, "numba", numba.__version__, "cupy", cupy.__version__, "CUDA runtime", cupy.cuda.runtime.runtimeGetVersion(), "driver", cupy.cuda.runtime.driverGetVersion())'; } >"$OUT/env.txt" 2>&1
 
-part() {  # part NAME SECONDS COMMAND...: run, bounded, output appended to the log
-  local name=$1 seconds=$2; shift 2
-  local start=$SECONDS
-  echo "==== $name (at most ${seconds}s)" >>"$LOG"
-  timeout --kill-after=10 "$seconds" "$@" >>"$LOG" 2>&1
-  echo "==== $name: exit $? after $((SECONDS - start))s" | tee -a "$LOG"
-}
+source benchmarks/parts.sh
 
 SIZE_ARGS=${CHUNK_ARGS:-}
 PARTS=${PARTS:-compiled runtime_ops chunks}
-wants() { [[ " $PARTS " == *" $1 "* ]]; }
 if wants compiled; then
   for family in pi05 smolvla; do
     part "compiled $family" "$COMPILE_S" "$PY" benchmarks/gpu_chunks.py --compiled-child "$family" \

@@ -30,14 +30,7 @@ PARTS=${PARTS:-check tests peaks int16 smolvla_avx2 gemma_layer smolvla_amx pi05
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 { date -u; lscpu | head -20; grep -m1 -o 'amx[a-z_0-9]*\|avx_vnni\|avx512_bf16' /proc/cpuinfo | sort -u; } >"$OUT/env.txt" 2>&1
 
-part() {  # part NAME SECONDS COMMAND...: run, bounded, output appended to the log
-  local name=$1 seconds=$2; shift 2
-  local start=$SECONDS
-  echo "==== $name (at most ${seconds}s)" >>"$LOG"
-  timeout --kill-after=10 "$seconds" "$@" >>"$LOG" 2>&1
-  echo "==== $name: exit $? after $((SECONDS - start))s" | tee -a "$LOG"
-}
-wants() { [[ " $PARTS " == *" $1 "* ]]; }
+source benchmarks/parts.sh
 CLIENT=("$PY" benchmarks/avx2_only.py --)  # what follows runs as on an AVX2-only client CPU
 record() {  # record NAME SPEC: the reference record of a released-size spec, made when missing
   if [ ! -f "$RECORDS/$1/cases.npz" ]; then
