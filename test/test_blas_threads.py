@@ -55,7 +55,7 @@ def _catch(function, failures):
 
 
 def test_linear_and_attention_set_the_threads_of_their_products():
-    from embodied_ros.kernels.attention import VECTOR_ATTENTION, attention_numba
+    from embodied_ros.kernels.attention import _grouped  # noqa: PLC2701 - the BLAS attention, on any CPU
     from embodied_ros.kernels.linear import VECTOR_GEMM, linear_numba
     original = blas.current_threads()
     rng = np.random.default_rng(0)
@@ -65,10 +65,66 @@ def test_linear_and_attention_set_the_threads_of_their_products():
         blas.split_product(1 << 30)
         linear_numba(x, w)  # 32K multiply-adds
         assert blas.current_threads() == (2 if VECTOR_GEMM else 1)  # the vector product never calls BLAS
-        q = rng.standard_normal((1024, 2, 64), np.float32)
+        q = rng.standard_normal((1024, 2, 64), np.float32)  # 1024 x 64 x 1024 per head
+        blas.split_product(1 << 30)
+        no_bias = (np.zeros((0, 0), np.float32), np.zeros(0, np.float32))
+        _grouped(q, q, q, *no_bias)  # right after a product on BLAS's threads: on them
+        assert blas.current_threads() == 2
         blas.split_product(0)
-        attention_numba(q, q, q)  # 1024 x 64 x 1024 per head
-        assert blas.current_threads() == (1 if VECTOR_ATTENTION else 2)  # the vector attention never calls BLAS
+        _grouped(q, q, q, *no_bias)  # after products elsewhere: shares on threads of its own, one BLAS thread each
+        assert blas.current_threads() == 1
     finally:
         blas.limit_threads(original)
         blas.split_product(blas.SPLIT_MIN_MACS)
+
+
+def test_products_of_many_rows_split_their_columns_over_threads_of_their_own():
+    original = blas.current_threads()
+    rng = np.random.default_rng(1)
+    try:
+        blas.limit_threads(2)
+        b = rng.standard_normal((128, 250), np.float32)  # over 2^24 multiply-adds: worth two threads
+        for rows, shares in ((blas.SHARE_MIN_ROWS, True), (blas.SHARE_MIN_ROWS - 1, False)):
+            a = rng.standard_normal((rows, 128), np.float32)
+            blas.split_product(1 << 30)
+            np.testing.assert_allclose(blas.product(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+            assert blas.current_threads() == (1 if shares else 2)  # shares call BLAS on one thread each
+    finally:
+        blas.limit_threads(original)
+        blas.split_product(blas.SPLIT_MIN_MACS)
+
+
+def test_split_work_runs_its_shares_on_threads_of_their_own_with_one_blas_thread_each():
+    original = blas.current_threads()
+    try:
+        blas.limit_threads(2)
+        blas.split_product(1 << 30)
+        seen, started = [], threading.Barrier(3, timeout=10)
+
+        def share(index):
+            started.wait()  # all three run at once, or this times out
+            seen.append((index, threading.get_ident(), _library_threads()))
+
+        blas.run_split([lambda i=i: share(i) for i in range(3)])
+        assert sorted(index for index, _, _ in seen) == [0, 1, 2]
+        assert len({thread for _, thread, _ in seen}) == 3
+        assert (0, threading.get_ident(), 1) in seen  # the first share on the calling thread
+        assert {threads for _, _, threads in seen} == {1}
+    finally:
+        blas.limit_threads(original)
+        blas.split_product(blas.SPLIT_MIN_MACS)
+
+
+def test_split_work_waits_for_every_share_before_raising():
+    finished = []
+
+    def slow():
+        threading.Event().wait(0.2)
+        finished.append("slow")
+
+    def failing():
+        raise ValueError("share failed")
+
+    with pytest.raises(ValueError, match="share failed"):
+        blas.run_split([failing, slow])
+    assert finished == ["slow"]

@@ -40,7 +40,7 @@ import numba
 import numpy as np
 
 from embodied_ros.kernels.cpu import gemm, int8_gemm, int16_gemm
-from embodied_ros.kernels.cpu.blas import split_product
+from embodied_ros.kernels.cpu.blas import product
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, pack_bf16
 from embodied_ros.kernels.cpu.gemm import PANEL, PackedWeight, pack_weight
 from embodied_ros.kernels.cpu.int16_gemm import I16Weight, pack_i16
@@ -152,8 +152,7 @@ def linear(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) -> np.
         weight = weight.dense()
     elif weight.dtype != np.float32:
         weight = weight.astype(np.float32)
-    split_product(x.size // weight.shape[1] * weight.size)
-    y = x @ weight.T
+    y = product(x.reshape(-1, weight.shape[1]), weight.T).reshape(*x.shape[:-1], weight.shape[0])
     if bias is not None:
         y += bias
     return y
@@ -227,16 +226,15 @@ def _chunked_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
     n_out, n_in = weight.shape
     chunk = min(n_out, max(16, _CHUNK_BYTES // (4 * n_in)))
     scratch = _scratch(chunk * n_in).reshape(chunk, n_in)
-    split_product(rows.shape[0] * chunk * n_in)
     if chunk == n_out:
         dequantize_rows_into(weight, 0, n_out, scratch)
-        return rows @ scratch.T
+        return product(rows, scratch.T)
     y = np.empty((rows.shape[0], n_out), np.float32)
     for start in range(0, n_out, chunk):
         stop = min(start + chunk, n_out)
         block = scratch[:stop - start]
         dequantize_rows_into(weight, start, stop, block)
-        y[:, start:stop] = rows @ block.T
+        y[:, start:stop] = product(rows, block.T)
     return y
 
 
@@ -248,16 +246,15 @@ def _decoded_linear(rows: np.ndarray, weight: Q8Weight | I16Weight) -> np.ndarra
     decode = int8_gemm.decode_panels if isinstance(weight, Q8Weight) else int16_gemm.decode_panels
     panels = min(n_panels, max(1, _CHUNK_BYTES // (4 * PANEL * n_in)))
     scratch = _scratch(panels * PANEL * n_in).reshape(panels * PANEL, n_in)
-    split_product(rows.shape[0] * min(n_out, panels * PANEL) * n_in)
     if panels == n_panels:
         decode(weight.quants, weight.scales, 0, n_panels, scratch)
-        return rows @ scratch[:n_out].T
+        return product(rows, scratch[:n_out].T)
     y = np.empty((rows.shape[0], n_out), np.float32)
     for first in range(0, n_panels, panels):
         last = min(first + panels, n_panels)
         start, stop = first * PANEL, min(last * PANEL, n_out)
         decode(weight.quants, weight.scales, first, last, scratch)
-        y[:, start:stop] = rows @ scratch[:stop - start].T
+        y[:, start:stop] = product(rows, scratch[:stop - start].T)
     return y
 
 

@@ -7,14 +7,35 @@ LingBot-VA's small world stage (16 x 128 x 256, about 10 us each) lost 10% of th
 to that spinning, while a released-size SmolVLA's vision tower (products of 10^8-10^9) gained 30%
 from the second thread (docs/graph.md, "BLAS threads"). `split_product` is called before each
 product the kernels hand to BLAS; `limit_threads` sets the limit (the graph's compute.blas_threads).
+
+Products of many rows (`product`: a vision tower's) and attention's heads are split by `run_split`
+instead: each share on a thread of its own, every product in it on the thread that calls it, so
+no BLAS worker is left spinning. A worker spinning after attention took a core from the numba
+kernel that came next: on a 2-core AMD EPYC (Zen 3) a 3072 x 768 -> 768 int16 product right after
+SmolVLM's vision attention (3 cameras) took 48-51 ms instead of 30-31; the attention itself took
+129-147 ms on OpenBLAS's two threads against 108-117 ms as two single-threaded shares, whose
+softmax passes then run on both cores too. A SigLIP layer of released-size SmolVLA (3 cameras of
+1024 tokens, float32 weights) took 361-368 ms with its products and attention as shares against
+377-436 ms on OpenBLAS's threads (alternating processes).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 SPLIT_MIN_MACS = 1 << 24  # about 0.4 ms of one core's float32 product
+# Products of at least this many rows split their columns into shares (`product`); fewer rows stay on
+# BLAS's threads, whose split is better there: 241 x 960 -> 2560 took 14.9 ms as two shares against
+# 11.5 on OpenBLAS's two threads, 50 x 960 -> 2560 5.6 against 3.6, while 3072 x 768 -> 3072 took
+# 107 against 121 ms and 3072 x 3072 -> 768 95 against 94 (Zen 3, alternating).
+SHARE_MIN_ROWS = 1024
+SHARE_MIN_COLUMNS = 16  # shares of b's columns are multiples of this
 
 
 class _BlasThreads:
@@ -65,12 +86,66 @@ def limit_threads(limit: int) -> None:
     _THREADS.set(min(limit, _THREADS.current))
 
 
+def product_threads(macs: int) -> int:
+    """The threads work of `macs` multiply-adds gets: the limit where it is large enough to split, else 1."""
+    _THREADS.setters()
+    return _THREADS.limit if macs >= SPLIT_MIN_MACS else 1
+
+
 def split_product(macs: int) -> None:
     """Set the threads of a product of `macs` multiply-adds about to go to BLAS."""
-    _THREADS.setters()
-    threads = _THREADS.limit if macs >= SPLIT_MIN_MACS else 1
+    threads = product_threads(macs)
     if threads != _THREADS.current:
         _THREADS.set(threads)
+
+
+class _Helpers:
+    """Threads that run the shares of `run_split` beside the calling thread, made when first needed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._size = 0
+
+    def pool(self, size: int) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._size < size:
+                if self._pool is not None:
+                    self._pool.shutdown(wait=False)
+                self._pool, self._size = ThreadPoolExecutor(size, thread_name_prefix="embodied_ros_share"), size
+            return self._pool
+
+
+_HELPERS = _Helpers()
+
+
+def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b, float32 [M, K] @ [K, N], through BLAS: with at least SHARE_MIN_ROWS rows and large enough to
+    split, as shares of b's columns on threads of their own (`run_split`), else on BLAS's threads."""
+    macs = a.shape[0] * a.shape[1] * b.shape[1]
+    threads = min(product_threads(macs), b.shape[1] // SHARE_MIN_COLUMNS)
+    if threads <= 1 or a.shape[0] < SHARE_MIN_ROWS:
+        split_product(macs)
+        return a @ b
+    out = np.empty((a.shape[0], b.shape[1]), np.result_type(a, b))
+    bounds = [b.shape[1] * i // threads // SHARE_MIN_COLUMNS * SHARE_MIN_COLUMNS for i in range(threads)]
+    bounds.append(b.shape[1])
+    run_split([functools.partial(np.matmul, a, b[:, lo:hi], out=out[:, lo:hi]) for lo, hi in zip(bounds, bounds[1:])])
+    return out
+
+
+def run_split(shares: Sequence[Callable[[], None]]) -> None:
+    """Run `shares` at once, the first on the calling thread, each other on a helper thread, BLAS
+    set to one thread (module doc). Returns when every share has; the first error is raised then."""
+    split_product(0)
+    pending = [_HELPERS.pool(len(shares) - 1).submit(share) for share in shares[1:]] if len(shares) > 1 else []
+    try:
+        shares[0]()
+    finally:
+        errors = [future.exception() for future in pending]
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 def current_threads() -> int:
