@@ -16,7 +16,7 @@ SmolVLM's vision attention (3 cameras) took 48-51 ms instead of 30-31; the atten
 129-147 ms on OpenBLAS's two threads against 108-117 ms as two single-threaded shares, whose
 softmax passes then run on both cores too. A SigLIP layer of released-size SmolVLA (3 cameras of
 1024 tokens, float32 weights) took 361-368 ms with its products and attention as shares against
-377-436 ms on OpenBLAS's threads (alternating processes).
+377-436 ms on OpenBLAS's threads (alternating processes; BENCHMARKS.md blas_shares_amd_zen3).
 """
 
 from __future__ import annotations
