@@ -14,6 +14,7 @@ from embodied_ros.kernels.cpu.int16_gemm import LEVELS, I16Weight, emit_tile, pa
 from embodied_ros.kernels.linear import linear_numba, pack_for_products
 from embodied_ros.kernels.linear_int16 import INT16_PRODUCTS, linear_int16, linear_int16_numba
 from embodied_ros.kernels.quant import QuantTensor
+from tile_by_definition import compile_tile
 
 FEATURES = llvm_binding.get_host_cpu_features()
 
@@ -95,3 +96,33 @@ def test_the_avx_vnni_tile_compiles_to_vpdpwssd():
     assert assembly["avx_vnni"].count("vpdpwssd") == 2 * 12  # 6 rows x 2 vectors, in each half of the panel
     assert "vpmaddwd" not in assembly["avx_vnni"]
     assert "vpmaddwd" in assembly["avx2"]
+
+
+@pytest.mark.parametrize("unit", ["avx_vnni", "avx2"])
+@pytest.mark.parametrize("rows", [1, 5, 6])
+def test_the_tiles_compute_the_product(unit, rows):
+    """The tile as emitted for `unit`, run here (AVX-VNNI's `vpdpwssd` by its definition in IR where this
+    CPU lacks it): y += each block's d_x * sum(q_x * q_w), x read block by block as `_quantize_row`
+    lays out a tile's rows, against the same sums in numpy; full-scale integers do not overflow."""
+    if not (FEATURES.get("avx2") and FEATURES.get("fma")):
+        pytest.skip("the tile's other instructions are AVX2 and FMA, which this CPU lacks")
+    tile, replaced = compile_tile(lambda builder, args: emit_tile(builder, unit, rows, *args), [ir.IntType(64)] * 7)
+    assert replaced == ({"vpdpwssd"} if unit == "avx_vnni" else set())
+    rng = np.random.default_rng(rows)
+    values = rng.standard_normal((int16_gemm.PANEL, 96)).astype(np.float32)
+    values[:, 32:64] = np.where(values[:, 32:64] > 0, 10.0, -10.0)  # one block of w at +-LEVELS
+    weight = pack_i16(values)
+    x = rng.standard_normal((rows, 96)).astype(np.float32)
+    x[:, 32:64] = np.where(values[0, 32:64] > 0, 3.0, -3.0)  # and of x: 32 * LEVELS^2 in feature 0's sum
+    q_x, d_x = int16_gemm.quantize_activations(x)
+    xq = np.ascontiguousarray(q_x.reshape(rows, 3, 32).transpose(1, 0, 2))  # [blocks, rows, 32]
+    wq = np.ascontiguousarray(weight.quants[0])
+    y = rng.standard_normal((rows, int16_gemm.PANEL + 3)).astype(np.float32)
+    start = y.copy()
+    tile(xq.ctypes.data, d_x.ctypes.data, d_x.strides[0] // 4, wq.ctypes.data, y.ctypes.data, y.strides[0] // 4, 3)
+    sums = np.einsum("rbi,fbi->rfb", q_x.reshape(rows, 3, 32).astype(np.int64),
+                     weight.integers().reshape(-1, 3, 32).astype(np.int64))
+    assert sums[:, 0, 1].max() == 32 * LEVELS ** 2
+    expected = start[:, :int16_gemm.PANEL] + np.einsum("rfb,rb->rf", sums, d_x)
+    np.testing.assert_allclose(y[:, :int16_gemm.PANEL], expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(y[:, int16_gemm.PANEL:], start[:, int16_gemm.PANEL:])

@@ -6,6 +6,7 @@ blocks are kept (the fallback)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from llvmlite import binding as llvm_binding
 from llvmlite import ir
 
@@ -15,6 +16,7 @@ from embodied_ros.kernels.cpu.int8_gemm import Q8Weight
 from embodied_ros.kernels.linear_int8 import linear_int8
 from embodied_ros.kernels.quant import QuantTensor, random_quant_tensor
 from embodied_ros.kernels.registry import KernelSet
+from tile_by_definition import compile_tile
 
 FEATURES = llvm_binding.get_host_cpu_features()
 
@@ -79,3 +81,35 @@ def test_the_avx_vnni_tile_compiles_to_vpdpbusd():
     assert fused and fused % (6 * 2 * 2) == 0  # 6 rows x 2 vectors in each half of the panel, per step
     assert "vpmaddubsw" not in assembly["avx_vnni"] and "vpmaddwd" not in assembly["avx_vnni"]
     assert "vpmaddubsw" in assembly["avx2"] and "vpdpbusd" not in assembly["avx2"]
+
+
+@pytest.mark.parametrize("unit", ["avx_vnni", "avx2"])
+@pytest.mark.parametrize("rows", [1, 4, 6])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_the_256_bit_tiles_compute_the_product(unit, rows, accumulate):
+    """The tile as emitted for `unit`, run here (AVX-VNNI's `vpdpbusd` by its definition in IR where this
+    CPU lacks it, the AVX2 sequence as it is): y = (y if accumulate else bias) plus each block's
+    d_w * d_x * sum(q_w * q_x), x stored with the unit's offset, against the same sums in numpy."""
+    if not (FEATURES.get("avx2") and FEATURES.get("fma")):
+        pytest.skip("the tile's other instructions are AVX2 and FMA, which this CPU lacks")
+    i64 = ir.IntType(64)
+    tile, replaced = compile_tile(lambda builder, args: int8_gemm.emit_ymm_tile(builder, unit, rows, *args),
+                                  [i64] * 10 + [ir.IntType(1), i64])
+    assert replaced == ({"vpdpbusd"} if unit == "avx_vnni" else set())
+    rng = np.random.default_rng(rows)
+    weight = int8_gemm.pack_q8_0(random_quant_tensor(rng, "q8_0", (int8_gemm.PANEL, 96)).data, (int8_gemm.PANEL, 96))
+    x = rng.standard_normal((rows, 96), dtype=np.float32)
+    x[0, 5] = 40.0  # an outlier in one block
+    q_x, d_x = int8_gemm.quantize_activations(x)
+    xq = (q_x.astype(np.int16) + int8_gemm.X_OFFSET_OF[unit]).astype(np.uint8)
+    wq, ws, wsum = (np.ascontiguousarray(a[0]) for a in (weight.quants, weight.scales, weight.sums))
+    bias = rng.standard_normal(int8_gemm.PANEL, dtype=np.float32)
+    y = rng.standard_normal((rows, int8_gemm.PANEL + 3), dtype=np.float32)  # rows longer than the panel
+    start = y.copy()
+    tile(xq.ctypes.data, xq.strides[0], d_x.ctypes.data, d_x.strides[0] // 4, wq.ctypes.data, ws.ctypes.data,
+         wsum.ctypes.data, y.ctypes.data, y.strides[0] // 4, 3, accumulate, bias.ctypes.data)
+    q_w, d_w = weight.blocks()
+    sums = np.einsum("rbi,fbi->rfb", q_x.reshape(rows, 3, 32).astype(np.int64), q_w.reshape(-1, 3, 32).astype(np.int64))
+    expected = (start[:, :int8_gemm.PANEL] if accumulate else bias) + np.einsum("rfb,fb,rb->rf", sums, d_w, d_x)
+    np.testing.assert_allclose(y[:, :int8_gemm.PANEL], expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(y[:, int8_gemm.PANEL:], start[:, int8_gemm.PANEL:])

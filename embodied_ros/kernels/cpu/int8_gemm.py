@@ -27,7 +27,8 @@ AVX2 CPUs with AVX-VNNI (Intel's client parts; `INT8_UNIT` "avx_vnni") have `vpd
 vectors: the same tile, 6 rows by half a panel, one instruction per row and vector a step, x stored
 unsigned with the correction as on AVX512-VNNI. It adds 32 products an instruction where float32
 FMA adds 8, so its products are not decoded at any row count; the tile is written as inline
-assembly, as int16_gemm's `vpdpwssd` is, and checked compiled for such a CPU where this one lacks it.
+assembly, as int16_gemm's `vpdpwssd` is. On CPUs without it the tests compile the tile for such a CPU
+and run it with the instruction replaced by its definition (test/tile_by_definition.py).
 """
 
 from __future__ import annotations
