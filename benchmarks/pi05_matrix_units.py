@@ -89,7 +89,7 @@ def main(argv=None) -> int:
                 for measurement in result["measurements"]:
                     theirs[layer.name, measurement["dtype"]].extend(measurement["runs_ms"])
     from unit_peaks import describe, tile_peak_tflops
-    peak = tile_peak_tflops() and tile_peak_tflops() * args.threads
+    peak = tile_peak_tflops(args.threads)
     rows = []
     for layer in layers:
         torch_f32, torch_bf16 = (np.median(theirs[layer.name, d]) if theirs[layer.name, d] else None

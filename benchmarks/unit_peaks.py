@@ -1,12 +1,15 @@
-"""The peak multiply-add rate of each arithmetic unit this CPU has, measured on one core.
+"""The peak multiply-add rate of each arithmetic unit this CPU has, measured on one core and on every
+usable core at once.
 
-    python benchmarks/unit_peaks.py [--section NAME]
+    python benchmarks/unit_peaks.py [--threads N] [--section NAME]
 
 Each unit's instruction (or the sequence that stands for one where the CPU lacks it) runs back to
 back on 12 independent accumulators whose operands stay in registers (no loads), so only the
 unit's issue rate counts; its rate times the multiply-adds of one step is the peak the benchmarks
 state their products against. AMX's `tdpbf16ps` runs on four accumulator tiles instead; its rate x
 16 cycles, the instruction's issue interval, is shown as the clock the core ran the tiles at.
+The peak of several cores is measured with each running the loop at the same time, not taken as a
+multiple of one core's: a virtual machine's CPUs may be two threads of one core, sharing its units.
 The table says which unit a product should use on this CPU and how far a kernel is from it: on an
 AVX2-only AMD EPYC (Zen 3), for example, the int8 sequence that stands in for `vpdpbusd`
 (`vpmaddubsw`, `vpmaddwd` by ones, `vpaddd`) adds 1.9x float32 FMA's products a cycle and the int16
@@ -17,7 +20,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,18 +150,32 @@ def _compiled(ir_text: str):
     return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(engine.get_function_address("peak")), engine
 
 
-def _best_rate(function, steps_per_round: int, rounds: int) -> float:
-    """Steps per second, best of 3 runs."""
-    operands = (ctypes.c_uint8 * 128 * 2)()
-    address = (ctypes.addressof(operands) + 63) // 64 * 64
-    ctypes.memset(address, 1, 64)
-    function(address, 1000)
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        function(address, rounds)
-        best = min(best, time.perf_counter() - start)
-    return steps_per_round * rounds / best
+def _rates(function, steps_per_round: int, rounds: int, threads: int = 1) -> list[float]:
+    """Steps per second of each of `threads` threads running the function at the same time (ctypes lets
+    the GIL go for the call), each its best of 3 runs, the runs started together."""
+    start_together = threading.Barrier(threads)
+    rates = [0.0] * threads
+
+    def run(thread: int) -> None:
+        operands = (ctypes.c_uint8 * 128 * 2)()
+        address = (ctypes.addressof(operands) + 63) // 64 * 64
+        ctypes.memset(address, 1, 64)
+        function(address, 1000)
+        best = float("inf")
+        for _ in range(3):
+            start_together.wait()
+            start = time.perf_counter()
+            function(address, rounds)
+            best = min(best, time.perf_counter() - start)
+        rates[thread] = steps_per_round * rounds / best
+
+    others = [threading.Thread(target=run, args=(thread,)) for thread in range(1, threads)]
+    for other in others:
+        other.start()
+    run(0)
+    for other in others:
+        other.join()
+    return rates
 
 
 def available(unit: Unit) -> bool:
@@ -166,20 +185,35 @@ def available(unit: Unit) -> bool:
     return all(features.get(name, False) for name in unit.needs)
 
 
-def measure() -> list[dict]:
-    """One row per unit this CPU has: multiply-adds per ns on one core, and vs float32 FMA."""
+def sharing(threads: int, windows: int = 300) -> str:
+    """One sentence: how often `threads` cores running float32 FMA at once got `threads` times one core's
+    rate, over `windows` short windows (each thread's best of 3 runs of about 2 ms)."""
+    function, _engine = _compiled(_vector_ir(UNITS[0]))
+    rounds = 1_000_000  # about 2 ms a run at 50 multiply-adds a ns
+    one = max(sum(_rates(function, ACCUMULATORS, rounds)) for _ in range(5))
+    ratios = sorted(sum(_rates(function, ACCUMULATORS, rounds, threads)) / one for _ in range(windows))
+    full = sum(ratio >= 0.9 * threads for ratio in ratios) / windows
+    return (f"{threads} cores running float32 FMA at once, in {windows} windows of a few ms each: at least "
+            f"{0.9 * threads:.1f}x one core's rate in {100 * full:.0f}% of them, median {ratios[windows // 2]:.2f}x, "
+            f"lowest {ratios[0]:.2f}x (under {threads}x, the CPUs were sharing one core's units or time).")
+
+
+def measure(threads: int) -> list[dict]:
+    """One row per unit this CPU has: multiply-adds per ns on one core and on `threads` cores at once,
+    and one core's vs float32 FMA's."""
     rows = []
+    at_once = f"multiply-adds per ns, {threads} cores at once"
     for unit in UNITS:
         if not available(unit):
             continue
         function, _engine = _compiled(_vector_ir(unit))
-        macs_per_ns = _best_rate(function, ACCUMULATORS, 10_000_000) * unit.macs / 1e9
+        one, many = (sum(_rates(function, ACCUMULATORS, 10_000_000, n)) * unit.macs / 1e9 for n in (1, threads))
         rows.append({"unit": unit.name, "instructions": unit.instructions, "multiply-adds a step": unit.macs,
-                     "multiply-adds per ns, one core": macs_per_ns})
-    peak = tile_peak_tflops()
-    if peak is not None:
+                     "multiply-adds per ns, one core": one, at_once: many})
+    if tile_peak_tflops() is not None:
         rows.append({"unit": "bf16 tiles (AMX)", "instructions": "tdpbf16ps", "multiply-adds a step": TILE_MACS,
-                     "multiply-adds per ns, one core": peak * 1e3 / 2})
+                     "multiply-adds per ns, one core": tile_peak_tflops() * 1e3 / 2,
+                     at_once: tile_peak_tflops(threads) * 1e3 / 2})
     fma = next((row["multiply-adds per ns, one core"] for row in rows if row["unit"] == UNITS[0].name), None)
     for row in rows:
         row["vs float32 FMA, 256-bit"] = fma and row["multiply-adds per ns, one core"] / fma
@@ -187,37 +221,46 @@ def measure() -> list[dict]:
 
 
 @functools.cache
-def tile_peak_tflops() -> float | None:
-    """bf16 TFLOP/s of one core's tiles (best of 3 runs), None without them."""
+def tile_peak_tflops(threads: int = 1) -> float | None:
+    """bf16 TFLOP/s of the tiles of `threads` cores at once (each its best of 3 runs), None without them."""
     from embodied_ros.kernels.cpu.amx_gemm import tile_units_available
-    if not tile_units_available():  # also asks the kernel for the tile state
+    if not tile_units_available():  # also asks the kernel for the process's tile state
         return None
     function, engine = _compiled(_TILE_IR)
-    tile_peak_tflops.engine = engine  # the function's code lives as long as its engine
-    return _best_rate(function, 4, 5_000_000) * TILE_MACS * 2 / 1e12
+    _ENGINES.append(engine)  # the function's code lives as long as its engine
+    return sum(_rates(function, 4, 5_000_000, threads)) * TILE_MACS * 2 / 1e12
+
+
+_ENGINES = []
 
 
 def describe(threads: int) -> str:
-    """One sentence: the tiles' measured peak per core and for `threads` cores."""
-    peak = tile_peak_tflops()
-    if peak is None:
+    """One sentence: the tiles' peak measured on one core and on `threads` cores at once."""
+    one = tile_peak_tflops()
+    if one is None:
         return "This CPU has no AMX tiles."
-    ghz = peak * 1e12 / (2 * TILE_MACS) * 16 / 1e9
-    return (f"The tiles' bf16 peak, measured on one core (tdpbf16ps back to back, operands in the tiles): "
-            f"{peak:.2f} TFLOP/s ({ghz:.2f} GHz effective at 1024 multiply-adds a cycle), {threads * peak:.2f} "
-            f"on {threads} cores.")
+    ghz = one * 1e12 / (2 * TILE_MACS) * 16 / 1e9
+    many = tile_peak_tflops(threads)
+    return (f"The tiles' bf16 peak (tdpbf16ps back to back, operands in the tiles), measured: {one:.2f} TFLOP/s "
+            f"on one core ({ghz:.2f} GHz effective at 1024 multiply-adds a cycle), {many:.2f} on {threads} cores "
+            f"at once ({many / one:.2f}x one core's).")
 
 
 def main(argv=None) -> int:
     import common
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="cores measured at once (default: every usable one)")
     parser.add_argument("--section", default=None, help="write the table as this BENCHMARKS.md section")
     args = parser.parse_args(argv)
-    body = common.markdown_table(measure())
+    body = common.markdown_table(measure(args.threads))
+    if args.threads > 1:
+        body += "\n\n" + sharing(args.threads)
     print(body)
     if args.section:
+        command = f"python benchmarks/unit_peaks.py --threads {args.threads} --section {args.section}"
         common.write_section(Path(__file__).resolve().parent.parent / "BENCHMARKS.md", args.section, body,
-                             command=f"python benchmarks/unit_peaks.py --section {args.section}",
+                             command=command,
                              machine=common.machine_line())
     return 0
 
