@@ -41,3 +41,14 @@ def test_sharing_states_the_windows_and_their_spread():
     sentence = unit_peaks.sharing(2, windows=7)
     median, lowest = (float(re.search(rf"{word} ([0-9.]+)x", sentence).group(1)) for word in ("median", "lowest"))
     assert "in 7 windows" in sentence and 0 < lowest <= median
+
+
+@pytest.mark.parametrize("unit", [u for u in unit_peaks.UNITS if "AVX-VNNI" in u.name], ids=lambda unit: unit.name)
+def test_the_avx_vnni_units_are_their_instruction_on_such_a_cpu(unit):
+    """Compiled for Alder Lake whatever this CPU is: one `vpdpbusd` / `vpdpwssd` per accumulator a round."""
+    from llvmlite import binding as llvm
+    llvm.initialize_native_asmparser()
+    module = llvm.parse_assembly(unit_peaks._vector_ir(unit))
+    assembly = llvm.Target.from_default_triple().create_target_machine(cpu="alderlake", opt=2).emit_assembly(module)
+    assert assembly.count(unit.instructions.split()[0]) == unit_peaks.ACCUMULATORS
+    assert "vpmaddwd" not in assembly
