@@ -3,6 +3,8 @@ holds the graph's interpreter, which it does not when the controller shares the 
 
 import json
 import random
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -108,8 +110,11 @@ def test_a_controller_process_that_cannot_start_is_one_clear_error(monkeypatch):
     graph = ComposedGraph(load_config(None, {}), context=context, runtime=FakeRuntime())
     try:
         with pytest.raises(RuntimeError, match=r"the controller's process did not start: it ended with exit code 3 "
-                                               r"\(its log: .*controller\.log\)"):
+                                               r"\(its log: (.*)controller\.log\)") as error:
             graph.start()
         assert graph.nodes == {} and graph.controller_process is None  # nothing left running
+        kept = Path(re.search(r"its log: (.*)/controller\.log", str(error.value)).group(1))
+        assert kept.is_dir()  # a failure's log stays where the error says
+        shutil.rmtree(kept)
     finally:
         rclpy.try_shutdown(context=context)
