@@ -39,10 +39,20 @@ def share_path(*parts: str) -> Path:
 
 
 # `python -m MODULE ARGUMENTS` without the working folder first on sys.path (what `python -P` does,
-# which Python 3.10 lacks)
-_RUN_MODULE = """import runpy, sys
+# which Python 3.10 lacks). A SIGINT that lands while the module is still importing (its parent
+# stopping a graph that has not finished starting) ends it at once with status 0: nothing has started
+# that could be stopped, and the KeyboardInterrupt's traceback from inside some import would read as
+# a crash. Anywhere else SIGINT is Python's KeyboardInterrupt, until the module sets its own handler.
+_RUN_MODULE = """import os, runpy, signal, sys
 if sys.path[0] == "":
     del sys.path[0]
+def interrupted(number, frame):
+    while frame is not None:
+        if frame.f_code.co_filename == "<frozen importlib._bootstrap>":
+            os._exit(0)
+        frame = frame.f_back
+    raise KeyboardInterrupt
+signal.signal(signal.SIGINT, interrupted)
 runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)"""
 
 

@@ -5,6 +5,7 @@ package lacks the messages the build generates) they still run, where `python -m
 that one."""
 
 import os
+import signal
 import subprocess
 
 import pytest
@@ -47,3 +48,27 @@ def test_a_module_run_as_a_child_beside_another_package_is_the_packages_own(besi
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: ")
+
+
+@pytest.mark.parametrize("phase", ["importing", "running"])
+def test_a_child_stopped_while_it_imports_ends_quietly(tmp_path, phase):
+    """SIGINT while the child's module is still importing ends it at once with status 0 and no traceback
+    (a graph stopped before it finished starting); once the module runs, SIGINT is KeyboardInterrupt."""
+    (tmp_path / "slow_dependency.py").write_text(
+        "import sys, time\nprint('importing', flush=True)\ntime.sleep(0 if 'fast' in sys.argv else 30)\n")
+    (tmp_path / "child_module.py").write_text(
+        "import time\nimport slow_dependency\nprint('running', flush=True)\ntime.sleep(30)\n")
+    environment = {**child_environment(os.environ), "PYTHONPATH": str(tmp_path)}
+    child = subprocess.Popen(module_command("child_module", *(["fast"] if phase == "running" else [])),
+                             env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while (line := child.stdout.readline().strip()) != phase:
+            assert line, child.stderr.read()
+        child.send_signal(signal.SIGINT)
+        _, errors = child.communicate(timeout=20)
+    finally:
+        child.kill()
+    if phase == "importing":
+        assert child.returncode == 0 and errors == ""
+    else:
+        assert child.returncode == -signal.SIGINT and errors.rstrip().endswith("KeyboardInterrupt")
