@@ -56,8 +56,7 @@ def run_hogged_graph(own_process: bool, domain_id: int, duration_s: float) -> di
 @pytest.mark.parametrize("own_process", [True, False], ids=["own process", "graph's process"])
 def test_the_command_stream_keeps_its_rate_only_in_a_process_of_its_own(own_process):
     # the graph runs in a process of its own, so this one observes without being held up
-    # the rate is averaged over the whole run: in 4 s a slow start left too little of it held once
-    # (38.6 Hz in a full suite on the 2-core machine, 7-20 Hz alone), so the shared case runs longer
+    # the rate is averaged over the whole run, so the shared case runs longer
     duration_s = 4.0 if own_process else 8.0
     script = ("import json, sys; sys.path.insert(0, sys.argv[1]); import test_graph_controller_process as t; "
               "print(json.dumps(t.run_hogged_graph(sys.argv[2] == 'own', int(sys.argv[3]), float(sys.argv[4]))))")
@@ -75,7 +74,11 @@ def test_the_command_stream_keeps_its_rate_only_in_a_process_of_its_own(own_proc
         # a loaded machine may cost a tick now and then, never the most of them
         assert commands["rate_hz"] > 40.0, f"the commands came at {commands['rate_hz']:.1f} Hz, not 50"
     else:
-        assert commands["rate_hz"] < 30.0, "the hold did not slow a shared controller: the test shows nothing"
+        # the control: holds delay a shared controller's ticks (alone 7-20 Hz, p99 230 ms). Its rate
+        # depends on how often the action stage ran, so that is checked loosely: 32-39 Hz came in full
+        # suites on the 2-core machine, p99 71-91 ms there.
+        assert commands["tick_period_error_ms_p99"] > HOLD_S * 1000 / 3 and commands["rate_hz"] < 45.0, \
+            "the hold did not slow a shared controller: the test shows nothing"
 
 
 def test_lock_step_keeps_the_controller_in_the_graph():

@@ -1,6 +1,8 @@
 """A separate graph's own log folder goes with a clean stop and stays when a node failed or the
 caller named the folder (the logs a failure needs are kept)."""
 
+import shutil
+
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.node_infra.config import load_config
 from graph_bundles import pi05_bundle
@@ -26,6 +28,7 @@ def test_a_failed_node_or_a_named_folder_keeps_the_logs(tmp_path_factory, tmp_pa
     graph.kill("controller")
     assert graph.stop()["controller"] != 0
     assert (graph.log_dir / "controller.log").is_file()
+    shutil.rmtree(graph.log_dir)
     named = _controller_alone(tmp_path_factory, log_dir=tmp_path)
     assert named.stop() == {"controller": 0}
     assert (tmp_path / "controller.log").is_file()

@@ -7,6 +7,8 @@ script answers --help."""
 
 import configparser
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -184,7 +186,10 @@ def test_container_whose_controller_process_ends_stops_with_exit_status_1(ros_do
             process.kill()
     text = output.finish()
     assert code == 1, text
-    assert "embodied-ros-container: the controller's process ended with exit code -9" in text, text
+    assert "embodied-ros-container: the controller's process ended with exit code -9 (its log: " in text, text
+    log = Path(re.search(r"\(its log: (.*controller\.log)\)", text).group(1))
+    assert "holding" in log.read_text()  # kept, with what the controller said before it was killed
+    shutil.rmtree(log.parent)
 
 
 def _children(pid: int) -> list[int]:

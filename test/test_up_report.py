@@ -84,3 +84,33 @@ def test_up_on_two_hosts_each_runs_its_share_and_commands_stream(tmp_path):
     report = json.loads((tmp_path / "robot.json").read_text())
     assert report["exited"] == {} and report["first_chunk_s"] is not None
     assert report["commands"]["commands"] > 50 and report["stages"]["action"]["runs"] >= 10, robot_out[-3000:]
+
+
+def test_up_names_the_kept_logs_of_a_node_process_that_ended_early():
+    """The controller's process killed mid-run: the report names it, its exit code and the log folder,
+    which stays (a clean run's folders go)."""
+    import shutil
+    import signal
+    import threading
+
+    def kill_the_controller():
+        for pid in _children_running("embodied_ros.nodes.controller"):
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Timer(2.0, kill_the_controller)
+    config = load_config(None, {"schedule.step_period_s": 0.1})
+    run_up_started = threading.Event()
+
+    def printed(line):
+        if line.startswith("graph up") and not run_up_started.is_set():
+            run_up_started.set()
+            killer.start()
+
+    report = run_up(config, duration_s=4.0, summary_period_s=1.0, domain_id=next_domain(), print_fn=printed,
+                    runtime=FakeRuntime())
+    killer.join()
+    assert report.exited == {"controller": -signal.SIGKILL}
+    [folder] = report.logs
+    assert (Path(folder) / "controller.log").is_file()
+    assert f"node processes that ended early: {{'controller': -9}} (their logs: {folder})" in format_report(report)
+    shutil.rmtree(folder)

@@ -125,7 +125,10 @@ class ComposedGraph:
         if failed:
             return failed[0]
         if self.exited():
-            return f"the controller's process ended with exit code {self.exited()[CONTROLLER]}"
+            process = self.controller_process
+            process.keep_logs = True
+            return (f"the controller's process ended with exit code {self.exited()[CONTROLLER]} (its log: "
+                    f"{process.log_dir / (CONTROLLER + '.log')})")
         return ""
 
     def _start_controller_process(self) -> None:

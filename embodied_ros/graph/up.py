@@ -39,6 +39,7 @@ class UpReport:
     commands: dict[str, float]
     hold_reasons: dict[str, int]  # kind of hold (numbers as N) -> how often the controller entered it
     exited: dict[str, int] = field(default_factory=dict)  # nodes in processes of their own that ended early
+    logs: list[str] = field(default_factory=list)  # the log folders of those processes, kept
     input_problem: str = ""  # the observation node's last complaint about the inputs, if any
     # stage -> why it could not run (reason kind, numbers as N) -> diagnostics reports saying so
     stage_problems: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -91,10 +92,14 @@ def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, doma
     spinner = SpinThread(outside, "up-outside")
     spinner.start()
     launched = started = time.monotonic()
-    graph, first_chunk_s, exited, ran_s = None, None, {}, 0.0
+    graph, first_chunk_s, exited, logs, ran_s = None, None, {}, [], 0.0
+
+    def processes() -> list[SeparateGraph]:
+        apart = graph.controller_process if isinstance(graph, ComposedGraph) else graph
+        return [process for process in (apart, robot) if process is not None]
 
     def ended() -> dict[str, int]:
-        return {**(graph.exited() if graph is not None else {}), **(robot.exited() if robot is not None else {})}
+        return {name: code for process in processes() for name, code in process.exited().items()}
 
     try:
         graph = _start_graph(config, spec, runtime, context, namespace, remaps, domain_id, host)
@@ -117,6 +122,10 @@ def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, doma
         # the tables cover the run announced by "graph up": not the start-up before it, nor the teardown after
         stages, commands = monitor.stage_summary(), monitor.command_summary()
         exited = ended()
+        for process in processes():
+            if process.exited():
+                process.keep_logs = True
+                logs.append(str(process.log_dir))
     finally:
         with interrupts_ignored():  # a second Ctrl-C here would abandon nodes mid-teardown (abort at exit)
             if graph is not None:
@@ -128,7 +137,7 @@ def _run_up(config, robot, duration_s, namespace, remaps, summary_period_s, doma
             rclpy.try_shutdown(context=context)
     problems = {stage: dict(kinds) for stage, kinds in monitor.stage_problems.items()}
     return UpReport(config.layout, config.bundle, ran_s, first_chunk_s, stages, commands, dict(monitor.hold_reasons),
-                    exited, monitor.input_problem, problems)
+                    exited, logs, monitor.input_problem, problems)
 
 
 def _start_robot(config: GraphConfig, spec: ModelSpec, namespace: str, domain_id: int | None) -> SeparateGraph:
@@ -237,7 +246,7 @@ def format_report(report: UpReport) -> str:
     for stage, kinds in report.stage_problems.items():
         lines.append(f"{stage} could not run: " + "; ".join(f"{reason} ({n} reports)" for reason, n in kinds.items()))
     if report.exited:
-        lines.append(f"node processes that ended early: {report.exited}")
+        lines.append(f"node processes that ended early: {report.exited} (their logs: {', '.join(report.logs)})")
     return "\n".join(lines)
 
 
