@@ -7,12 +7,13 @@ that one."""
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.node_infra.config import load_config
-from embodied_ros.share import child_environment, module_command
+from embodied_ros.share import child_environment, module_command, start_child
 from graph_bundles import pi05_bundle
 from graph_harness import next_domain, wait_for
 
@@ -72,3 +73,21 @@ def test_a_child_stopped_while_it_imports_ends_quietly(tmp_path, phase):
         assert child.returncode == 0 and errors == ""
     else:
         assert child.returncode == -signal.SIGINT and errors.rstrip().endswith("KeyboardInterrupt")
+
+
+def test_a_child_stopped_as_it_starts_ends_quietly(tmp_path):
+    """SIGINT at once after `start_child` and in the next 80 ms: while the interpreter itself starts
+    (before any of the child's code could take it, held until its first line does), before its module
+    runs or while it imports: status 0, nothing on stderr, every time."""
+    (tmp_path / "slow_dependency.py").write_text("import time\ntime.sleep(30)\n")
+    (tmp_path / "child_module.py").write_text("import slow_dependency\n")
+    environment = {**child_environment(os.environ), "PYTHONPATH": str(tmp_path)}
+    for delay_s in (0.0, 0.0, 0.005, 0.01, 0.02, 0.04, 0.08):
+        child = start_child(module_command("child_module"), env=environment, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay_s)
+        child.send_signal(signal.SIGINT)
+        try:
+            _, errors = child.communicate(timeout=20)
+        finally:
+            child.kill()
+        assert (child.returncode, errors) == (0, ""), delay_s

@@ -21,7 +21,7 @@ import yaml
 from embodied_ros.node_infra.config import GraphConfig
 from embodied_ros.node_infra.node_table import node_spec
 from embodied_ros.node_infra.paths import dds_environment
-from embodied_ros.share import child_environment, module_command
+from embodied_ros.share import child_environment, module_command, start_child
 from embodied_ros.nodes.params import node_parameters
 from embodied_ros.nodes.run import PARENT_PID
 
@@ -87,8 +87,8 @@ class SeparateGraph:
         else:
             remap_arguments = _remap_arguments(self.namespace, self.remaps)
             command = [*program, "--ros-args", *remap_arguments] if remap_arguments else list(program)
-        self.processes[name] = subprocess.Popen([*self.command_prefix, *command], env=self.env, stdout=log,
-                                                stderr=subprocess.STDOUT)
+        self.processes[name] = start_child([*self.command_prefix, *command], env=self.env, stdout=log,
+                                           stderr=subprocess.STDOUT)
         log.close()
 
     def kill(self, name: str) -> None:
