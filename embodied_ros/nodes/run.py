@@ -22,6 +22,7 @@ from rclpy.utilities import remove_ros_args
 from embodied_ros.kernels.cpu.jit import share_cores_with_other_processes
 from embodied_ros.node_infra.node_table import NODE_NAMES, node_spec
 from embodied_ros.node_infra.config import ComputeConfig
+from embodied_ros.node_infra.shared_memory import remove_dead_segments
 from embodied_ros.node_infra.spinning import SpinThread, StallWatch
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -65,8 +66,13 @@ def stopped_by_signals(argv: list[str]):
     process deactivates its nodes first (the controller leaves the arm holding). rclpy's own
     handlers would shut the context down from their thread at once, racing that deactivation.
     For the main function of a process: once the block ends both signals stay ignored, so a late
-    one (the terminal's Ctrl-C after launch's SIGINT) cannot turn exit status 0 into a signal's."""
+    one (the terminal's Ctrl-C after launch's SIGINT) cannot turn exit status 0 into a signal's.
+    First it removes the shared-memory segments of Fast DDS participants whose process is gone."""
+    removed, freed = remove_dead_segments()
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    if removed:
+        rclpy.logging.get_logger("embodied_ros").info(
+            f"removed {removed} shared-memory segments of ended processes ({freed / 2**20:.0f} MiB)")
     _STOP.clear()
     _STOP_ONLY_RECORDED.clear()
     for number in ENDING_SIGNALS:
