@@ -1,5 +1,7 @@
 """BF16 weights multiply on the unit the CPU does fastest: the AMX tiles where it has them, else
-AVX512-BF16, else float32. On a CPU without a unit these tests check that the fallback is chosen."""
+AVX512-BF16, else float32. On a CPU without a unit these tests check that the fallback is chosen; the
+tile kernels run everywhere, on the CPU's tiles where it has them and elsewhere with each tile instruction
+replaced by its definition (tile_by_definition.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,20 @@ from embodied_ros.kernels import linear_bf16 as bf16_module
 from embodied_ros.kernels.cpu import amx_gemm
 from embodied_ros.kernels.cpu.bf16_gemm import PAIRS_MULTIPLE, pack_bf16
 from embodied_ros.kernels.linear_bf16 import linear_bf16, to_bf16_weight
+from tile_by_definition import register_amx_tiles_by_definition
 
 FEATURES = llvm_binding.get_host_cpu_features()
 HAS_TILES = bool(FEATURES.get("amx-tile") and FEATURES.get("amx-bf16"))
+
+
+@pytest.fixture(scope="module")
+def tiles() -> str:
+    """Where the tile kernels run in this process: the CPU's tiles, or their definitions."""
+    if HAS_TILES:
+        assert amx_gemm.tile_units_available()
+        return "amx"
+    register_amx_tiles_by_definition(amx_gemm._IR, (amx_gemm.SYMBOL, amx_gemm.PANELS_SYMBOL))  # noqa: SLF001
+    return "by definition"
 
 
 def test_the_unit_follows_the_cpu():
@@ -43,14 +56,11 @@ def test_packed_panels_are_tile_ready():
     assert weight.dense().shape == (45, 37)
 
 
-@pytest.mark.skipif(not HAS_TILES, reason="needs AMX tiles (Intel Xeon 4th generation or later); "
-                                           "test_the_unit_follows_the_cpu checks the fallback here")
 @pytest.mark.parametrize("rows, n_in, n_out", [(1, 7, 5), (33, 64, 40), (50, 1024, 96), (300, 1100, 70),
-                                               (257, 2048, 2080)])
-def test_tile_products_equal_the_reference(rows, n_in, n_out):
-    """Odd shapes: padded rows, pairs and features; more than one pass over k (1100, 2048 > 512
-    values a pass) and over rows (257, 300 > 256 rows a pass); with and without a bias."""
-    assert amx_gemm.tile_units_available()
+                                               (257, 2048, 2080), (40, 2600, 33)])
+def test_tile_products_equal_the_reference(tiles, rows, n_in, n_out):
+    """Odd shapes: padded rows, pairs and features; more than one pass over rows (257, 300 > 256 rows
+    a pass) and over k (2600 > 2048 values a pass); with and without a bias."""
     rng = np.random.default_rng(rows)
     x = rng.standard_normal((rows, n_in), dtype=np.float32)
     weight = to_bf16_weight(rng.standard_normal((n_out, n_in), dtype=np.float32))
@@ -63,7 +73,6 @@ def test_tile_products_equal_the_reference(rows, n_in, n_out):
     assert amx_gemm.matmul_amx_bf16(x[:0], weight, bias).shape == (0, n_out)
 
 
-@pytest.mark.skipif(not HAS_TILES, reason="needs AMX tiles")
 def test_tile_products_refuse_weights_not_in_tile_layout():
     weight = pack_bf16(np.zeros((32, 64), np.uint16))
     shifted = type(weight)(np.zeros((1, 20, 32), np.uint32), (32, 40))
@@ -112,29 +121,43 @@ def test_bf16_attention_equals_its_reference_at_layer_sizes(tokens, heads, kv_he
     assert 1e-4 < off < 3e-2, off
 
 
-@pytest.mark.skipif(not FEATURES.get("avx512bf16"), reason="needs AVX512-BF16; test_bf16_attention_is_used_where_a_"
-                                                            "bf16_unit_is checks the fallback here")
-@pytest.mark.parametrize("queries, keys, heads, kv_heads, width", [(50, 1018, 8, 1, 256), (203, 203, 5, 5, 64),
-                                                                   (37, 61, 4, 4, 72)])
-def test_bf16_attention_on_avx512_bf16_equals_its_reference(queries, keys, heads, kv_heads, width):
-    """AVX512-BF16's register tiles over the attention's panels (also on CPUs with AMX, which use the
-    tiles instead): the pi0.5 expert's 50 queries over a cache with a key bias, odd key counts and
-    widths (pairs past a panel, numerators past 32 keys), a [Tq, Tk] bias."""
-    from embodied_ros.kernels.attention_bf16 import _NO_BIAS, _NO_KEY_BIAS, _on_vector_units, attention_bf16
+ATTENTION_SHAPES = [(50, 1018, 8, 1, 256), (203, 203, 5, 5, 64), (37, 61, 4, 4, 72)]
+
+
+def _attention_equals_its_reference(attend, queries, keys, heads, kv_heads, width):
+    """The pi0.5 expert's 50 queries over a cache with a key bias, odd key counts and widths (pairs past
+    a panel, numerators past 32 keys), a [Tq, Tk] bias."""
+    from embodied_ros.kernels.attention_bf16 import _NO_BIAS, _NO_KEY_BIAS, attention_bf16
     rng = np.random.default_rng(keys)
     q = rng.standard_normal((queries, heads, width), dtype=np.float32)
     k = rng.standard_normal((keys, kv_heads, width), dtype=np.float32)
     v = rng.standard_normal((keys, kv_heads, width), dtype=np.float32)
     key_bias = np.where(rng.random(keys) < 0.2, np.float32(-2.3819763e38), np.float32(0)).astype(np.float32)
     key_bias[0] = 0
-    got = _on_vector_units(q, k, v, _NO_BIAS, key_bias)
+    got = attend(q, k, v, _NO_BIAS, key_bias)
     np.testing.assert_allclose(got, attention_bf16(q, k, v, np.broadcast_to(key_bias, (queries, keys))),
                                rtol=2e-3, atol=2e-3)
     bias = np.broadcast_to(key_bias, (queries, keys)).copy()
     bias[::2, -1] = np.float32(-2.3819763e38)
-    got = _on_vector_units(q, k, v, bias, _NO_KEY_BIAS)
+    got = attend(q, k, v, bias, _NO_KEY_BIAS)
     assert got.shape == (queries, heads, width) and got.flags.c_contiguous
     np.testing.assert_allclose(got, attention_bf16(q, k, v, bias), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.skipif(not FEATURES.get("avx512bf16"), reason="needs AVX512-BF16; test_bf16_attention_is_used_where_a_"
+                                                            "bf16_unit_is checks the fallback here")
+@pytest.mark.parametrize("queries, keys, heads, kv_heads, width", ATTENTION_SHAPES)
+def test_bf16_attention_on_avx512_bf16_equals_its_reference(queries, keys, heads, kv_heads, width):
+    """AVX512-BF16's register tiles over the attention's panels (also on CPUs with AMX, which use the
+    tiles instead)."""
+    from embodied_ros.kernels.attention_bf16 import _on_vector_units
+    _attention_equals_its_reference(_on_vector_units, queries, keys, heads, kv_heads, width)
+
+
+@pytest.mark.parametrize("queries, keys, heads, kv_heads, width", ATTENTION_SHAPES)
+def test_bf16_attention_on_tiles_equals_its_reference(tiles, queries, keys, heads, kv_heads, width):
+    from embodied_ros.kernels.attention_bf16 import _on_tiles
+    _attention_equals_its_reference(_on_tiles, queries, keys, heads, kv_heads, width)
 
 
 def test_bf16_attention_reads_the_views_of_a_stacked_projection():
@@ -150,8 +173,7 @@ def test_bf16_attention_reads_the_views_of_a_stacked_projection():
     np.testing.assert_allclose(got, attention_bf16(q, k, v), rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.skipif(not HAS_TILES, reason="needs AMX tiles; test_the_unit_follows_the_cpu checks the fallback here")
-def test_the_padded_product_reads_narrower_rows_as_zero_padded():
+def test_the_padded_product_reads_narrower_rows_as_zero_padded(tiles):
     rng = np.random.default_rng(5)
     weight = to_bf16_weight(rng.standard_normal((40, 70), dtype=np.float32))  # 70 -> 96 values of depth
     x = rng.standard_normal((33, 70), dtype=np.float32)
@@ -163,14 +185,14 @@ def test_the_padded_product_reads_narrower_rows_as_zero_padded():
         amx_gemm.amx_product(np.zeros((2, 97), np.float32), weight)
 
 
-@pytest.mark.skipif(not FEATURES.get("avx512bf16"), reason="needs AVX512-BF16; test_the_unit_follows_the_cpu "
-                                                            "checks the fallback here")
-@pytest.mark.parametrize("activation, rows, n_in, hidden, n_out", [("gelu_tanh_glu", 37, 64, 64, 20),
-                                                                   ("silu_glu", 1, 96, 160, 33),
-                                                                   ("gelu_tanh", 70, 96, 72, 40)])
-def test_the_fused_feed_forward_on_avx512_bf16_equals_the_three_ops(activation, rows, n_in, hidden, n_out):
+FEED_FORWARD_SHAPES = [("gelu_tanh_glu", 37, 64, 64, 20), ("silu_glu", 1, 96, 160, 33), ("gelu_tanh", 70, 96, 72, 40),
+                       ("gelu_tanh_glu", 300, 200, 96, 50)]
+
+
+def _fused_feed_forward_equals_the_three_ops(fused, activation, rows, n_in, hidden, n_out):
     """The fused path that large middles take (a GLU's halves on panels; a plain hidden width ending
-    inside a panel, with biases), at small sizes: the same sums, activation and rounding."""
+    inside a panel, with biases; more than one pass of rows), at small sizes: the same sums, activation
+    and rounding."""
     from embodied_ros.kernels import feed_forward as ff
     rng = np.random.default_rng(rows)
     glu = ff.ACTIVATIONS[activation].glu
@@ -179,10 +201,28 @@ def test_the_fused_feed_forward_on_avx512_bf16_equals_the_three_ops(activation, 
     down = to_bf16_weight(rng.standard_normal((n_out, hidden), dtype=np.float32) * hidden ** -0.5)
     up_bias = None if glu else rng.standard_normal(hidden, dtype=np.float32)
     down_bias = None if glu else rng.standard_normal(n_out, dtype=np.float32)
-    got = ff._feed_forward_on_vector_units(x, up, up_bias, down, down_bias, activation)
+    got = fused(x, up, up_bias, down, down_bias, activation)
     expected = ff.feed_forward(x, up, up_bias, down, down_bias, activation)
     assert got.shape == (rows, n_out)
     np.testing.assert_allclose(got, expected, rtol=2e-3, atol=2e-3 * np.abs(expected).max())
+    return up, down
+
+
+@pytest.mark.skipif(not FEATURES.get("avx512bf16"), reason="needs AVX512-BF16; test_the_unit_follows_the_cpu "
+                                                            "checks the fallback here")
+@pytest.mark.parametrize("activation, rows, n_in, hidden, n_out", FEED_FORWARD_SHAPES)
+def test_the_fused_feed_forward_on_avx512_bf16_equals_the_three_ops(activation, rows, n_in, hidden, n_out):
+    from embodied_ros.kernels import feed_forward as ff
+    up, down = _fused_feed_forward_equals_the_three_ops(ff._feed_forward_on_vector_units, activation, rows, n_in,
+                                                        hidden, n_out)
     if bf16_module.BF16_UNIT == "avx512_bf16":
         assert ff._fused_on_vector_units(1024, up, down, activation) == (1024 * hidden >= ff.FUSED_MIN_MIDDLE)
         assert ff._fused_on_vector_units(ff.FUSED_MIN_MIDDLE // hidden + 1, up, down, activation)
+
+
+@pytest.mark.parametrize("activation, rows, n_in, hidden, n_out", FEED_FORWARD_SHAPES)
+def test_the_fused_feed_forward_on_tiles_equals_the_three_ops(tiles, activation, rows, n_in, hidden, n_out):
+    from embodied_ros.kernels import feed_forward as ff
+    up, down = _fused_feed_forward_equals_the_three_ops(ff._feed_forward_on_tiles, activation, rows, n_in, hidden,
+                                                        n_out)
+    assert ff._fused_on_tiles(up, down, activation) == (bf16_module.BF16_UNIT == "amx")
