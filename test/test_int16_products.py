@@ -42,6 +42,27 @@ def test_bf16_weights_are_packed_as_int16_only_where_it_runs():
         assert np.all(np.abs(packed.dense() - values) <= half_step * 1.001)
 
 
+def test_bf16_weights_pack_from_their_bits_without_a_float32_copy(monkeypatch):
+    """The panels from a BF16 tensor's bits are those from its decoded values, and packing them holds
+    little more than the panels: a float32 copy of the whole matrix would double the peak."""
+    import tracemalloc
+
+    from embodied_ros.kernels import linear
+    monkeypatch.setattr(linear, "INT16_PRODUCTS", True)
+    tensor = _bf16_tensor(np.random.default_rng(4).standard_normal((1000, 2048), dtype=np.float32))
+    tracemalloc.start()
+    try:
+        packed = pack_for_products(tensor)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(packed, I16Weight)
+    assert peak < 1.25 * packed.nbytes, (peak, packed.nbytes)
+    decoded = pack_i16(tensor.dequantize())
+    np.testing.assert_array_equal(packed.quants, decoded.quants)
+    np.testing.assert_array_equal(packed.scales, decoded.scales)
+
+
 def test_blocks_at_full_scale_do_not_overflow():
     # every product at LEVELS^2, all of one sign: a block's int32 sum at its largest
     x = np.full((7, 96), 3.0, np.float32)

@@ -128,7 +128,7 @@ def pack_for_products(weight: Weight) -> Weight:
     if INT8_PRODUCTS and isinstance(weight, QuantTensor) and weight.qtype == "q8_0":
         return pack_q8_0(weight.data, weight.shape)
     if INT16_PRODUCTS and isinstance(weight, QuantTensor) and weight.qtype == "bf16":
-        return pack_i16(dequantize(weight))
+        return pack_i16(weight.data.view(np.uint16).reshape(weight.shape))
     if not VECTOR_GEMM:
         return weight
     if isinstance(weight, np.ndarray) and weight.dtype == np.float32:

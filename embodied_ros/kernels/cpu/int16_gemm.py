@@ -303,13 +303,15 @@ class I16Weight:
 
 
 def pack_i16(values: np.ndarray) -> I16Weight:
-    """[out, in] float matrix (float32, float16 or bf16 decoded) -> I16Weight, a panel at a time."""
+    """[out, in] matrix of float32 or float16 values, or of bf16 bit patterns (uint16) -> I16Weight, a
+    panel at a time: no float32 copy of the whole matrix (a Gemma MLP matrix's would be 134 MB)."""
     n_out, n_in = values.shape
     n_blocks, n_panels = -(-n_in // BLOCK), -(-n_out // PANEL)
     quants = np.zeros((n_panels, n_blocks, BLOCK // 2, PANEL, 2), np.int16)
     scales = np.zeros(n_panels * PANEL, np.float32)
     for p in range(n_panels):
-        rows = np.asarray(values[PANEL * p:PANEL * p + PANEL], dtype=np.float32)
+        rows = values[PANEL * p:PANEL * p + PANEL]
+        rows = (rows.astype(np.uint32) << 16).view(np.float32) if rows.dtype == np.uint16 else rows.astype(np.float32)
         count = rows.shape[0]
         d = (np.abs(rows).max(axis=1) / np.float32(LEVELS)).astype(np.float32)
         inverse = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d > 0)
