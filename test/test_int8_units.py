@@ -16,7 +16,7 @@ from embodied_ros.kernels.cpu.int8_gemm import Q8Weight
 from embodied_ros.kernels.linear_int8 import linear_int8
 from embodied_ros.kernels.quant import QuantTensor, random_quant_tensor
 from embodied_ros.kernels.registry import KernelSet
-from tile_by_definition import compile_tile
+from tile_by_definition import compile_tile, register_amx_tiles_by_definition
 
 FEATURES = llvm_binding.get_host_cpu_features()
 
@@ -31,6 +31,8 @@ def test_the_unit_follows_the_cpu():
             assert int8_gemm.INT8_UNIT == "avx2" and int8_gemm.MAX_ROWS == 4 and int8_gemm.X_OFFSET == 0
     else:
         assert int8_gemm.INT8_UNIT is None
+    from embodied_ros.kernels.linear_int8 import INT8_TILES
+    assert INT8_TILES == bool(FEATURES.get("amx-tile") and FEATURES.get("amx-int8") and FEATURES.get("avx512vnni"))
 
 
 def test_q8_0_products_on_the_unit_or_the_stored_blocks_kept():
@@ -113,3 +115,35 @@ def test_the_256_bit_tiles_compute_the_product(unit, rows, accumulate):
     expected = (start[:, :int8_gemm.PANEL] if accumulate else bias) + np.einsum("rfb,fb,rb->rf", sums, d_w, d_x)
     np.testing.assert_allclose(y[:, :int8_gemm.PANEL], expected, rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(y[:, int8_gemm.PANEL:], start[:, int8_gemm.PANEL:])
+
+
+@pytest.fixture(scope="module")
+def int8_tiles() -> str:
+    """Where the AMX int8 kernel runs in this process: the CPU's tiles, or their definitions."""
+    from embodied_ros.kernels.cpu import amx_q8
+    if FEATURES.get("amx-tile") and FEATURES.get("amx-int8"):
+        assert amx_q8.int8_tiles_available()
+        return "amx"
+    register_amx_tiles_by_definition(amx_q8.IR, (amx_q8.SYMBOL,))
+    return "by definition"
+
+
+@pytest.mark.parametrize("rows, n_in, n_out", [(1, 32, 5), (33, 64, 40), (50, 1024, 96), (300, 608, 70),
+                                               (257, 2048, 100)])
+def test_q8_0_products_on_the_int8_tiles_equal_the_reference(int8_tiles, rows, n_in, n_out):
+    """One block deep a tile step, each block's sums scaled before the next: odd rows (past a block of
+    32, past a pass of 256), features past a panel, with and without a bias, all-zero blocks of x."""
+    from embodied_ros.kernels.cpu.amx_q8 import matmul_amx_q8
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, n_in), dtype=np.float32)
+    x[rows // 2, :32] = 0
+    stored = random_quant_tensor(rng, "q8_0", (n_out, n_in))
+    weight = int8_gemm.pack_q8_0(stored.data, stored.shape)
+    assert weight.quants.ctypes.data % 64 == 0  # B tiles on 64-byte lines
+    bias = rng.standard_normal(n_out, dtype=np.float32)
+    for b in (bias, None):
+        expected = linear_int8(x, weight, b)
+        got = matmul_amx_q8(x, weight, b)
+        assert got.shape == (rows, n_out) and got.flags.c_contiguous
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    assert matmul_amx_q8(x[:0], weight, bias).shape == (0, n_out)

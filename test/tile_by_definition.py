@@ -83,27 +83,30 @@ def compile_tile(emit: Callable[[ir.IRBuilder, list], None], arguments: list[ir.
     return tile, replaced
 
 
-# The AMX intrinsics the tile kernels call, each replaced by a function of that name defined below, over a
-# tile held as <256 x i32> (16 rows of 64 bytes) instead of the x86_amx register type.
-_TILE_INTRINSICS = {"llvm.x86.tileloadd64.internal": "tile_load", "llvm.x86.tdpbf16ps.internal": "tile_dot_bf16",
-                    "llvm.x86.tilestored64.internal": "tile_store", "llvm.x86.tilezero.internal": "tile_zero"}
-_ROWS, _ROW_WORDS = 16, 16  # a full tile: 16 rows of 16 dwords
+# A tile is held as <256 x i32>: 16 rows of 16 dwords (64 bytes), zero past the rows and bytes it was loaded
+# with, so the products need not know their shapes: zeros add nothing.
+_ROWS, _ROW_WORDS = 16, 16
+_TILE_OPS = ("tileloadd64", "tilestored64", "tilezero", "tdpbf16ps", "tdpbssd")
 
 
-def _tile_definitions() -> ir.Module:
-    """A full tile's load, store and zero, and tdpbf16ps: C[m, n] += A[m, p].lo * B[p, n].lo + A[m, p].hi *
-    B[p, n].hi over the 16 dword pairs p of a row, each bf16 widened to float32 exactly."""
+def _tile_definitions(shapes: set[tuple[int, int]], products: set[str]) -> ir.Module:
+    """tile_load_R_C / tile_store_R_C for each (rows, bytes a row) in `shapes`, tile_zero, and the
+    products: tdpbf16ps (C[m, n] += A[m, p].lo * B[p, n].lo + A[m, p].hi * B[p, n].hi over the dword pairs p
+    of a row, each bf16 widened to float32 exactly) and tdpbssd (C[m, n] += the four signed byte products of
+    A[m, p] and B[p, n], summed in int32), those of `products` only."""
     module = ir.Module("tile_definitions")
-    i16, i32, i64, f32 = ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType()
+    i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
     ptr = ir.PointerType(ir.IntType(8))
-    tile, row, float_row = ir.VectorType(i32, _ROWS * _ROW_WORDS), ir.VectorType(i32, _ROW_WORDS), ir.VectorType(f32, _ROW_WORDS)
+    tile, row = ir.VectorType(i32, _ROWS * _ROW_WORDS), ir.VectorType(i32, _ROW_WORDS)
+    zero_row = ir.Constant(row, None)
 
     def define(name, result, arguments):
         function = ir.Function(module, ir.FunctionType(result, arguments), name)
         return function, ir.IRBuilder(function.append_basic_block())
 
-    def row_of(builder, value, r):
-        return builder.shuffle_vector(value, value, ir.Constant(row, list(range(r * _ROW_WORDS, (r + 1) * _ROW_WORDS))))
+    def row_of(builder, value, r, words=_ROW_WORDS):
+        mask = ir.Constant(ir.VectorType(i32, words), list(range(r * _ROW_WORDS, r * _ROW_WORDS + words)))
+        return builder.shuffle_vector(value, value, mask)
 
     def joined(builder, rows):
         while len(rows) > 1:
@@ -115,28 +118,48 @@ def _tile_definitions() -> ir.Module:
     def address(builder, base, stride, r):
         return builder.gep(base, [builder.mul(stride, ir.Constant(i64, r))])
 
-    load, builder = define("tile_load", tile, [i16, i16, ptr, i64])
-    base, stride = load.args[2:]
-    rows = []
-    for r in range(_ROWS):
-        pointer = builder.bitcast(address(builder, base, stride, r), row.as_pointer())
-        rows.append(builder.load(pointer, align=1))
-    builder.ret(joined(builder, rows))
+    def splat(builder, value, vector_type):
+        first = builder.insert_element(ir.Constant(vector_type, None), value, ir.Constant(i32, 0))
+        return builder.shuffle_vector(first, ir.Constant(vector_type, None),
+                                      ir.Constant(ir.VectorType(i32, vector_type.count), [0] * vector_type.count))
 
-    store, builder = define("tile_store", ir.VoidType(), [i16, i16, ptr, i64, tile])
-    base, stride, value = store.args[2:]
-    for r in range(_ROWS):
-        builder.store(row_of(builder, value, r), builder.bitcast(address(builder, base, stride, r), row.as_pointer()),
-                      align=1)
-    builder.ret_void()
+    for rows, colbytes in sorted(shapes):
+        words = colbytes // 4
+        narrow = ir.VectorType(i32, words)
+        widen = ir.Constant(row, [i if i < words else words for i in range(_ROW_WORDS)])  # past `words`: zero
+
+        load, builder = define(f"tile_load_{rows}_{colbytes}", tile, [i16, i16, ptr, i64])
+        base, stride = load.args[2:]
+        loaded = []
+        for r in range(_ROWS):
+            if r < rows:
+                value = builder.load(builder.bitcast(address(builder, base, stride, r), narrow.as_pointer()), align=1)
+                loaded.append(builder.shuffle_vector(value, ir.Constant(narrow, None), widen) if words < _ROW_WORDS else value)
+            else:
+                loaded.append(zero_row)
+        builder.ret(joined(builder, loaded))
+
+        store, builder = define(f"tile_store_{rows}_{colbytes}", ir.VoidType(), [i16, i16, ptr, i64, tile])
+        base, stride, value = store.args[2:]
+        for r in range(rows):
+            builder.store(row_of(builder, value, r, words),
+                          builder.bitcast(address(builder, base, stride, r), narrow.as_pointer()), align=1)
+        builder.ret_void()
 
     zero, builder = define("tile_zero", tile, [i16, i16])
     builder.ret(ir.Constant(tile, None))
 
-    dot, builder = define("tile_dot_bf16", tile, [i16, i16, i16, tile, tile, tile])
+    if "tdpbf16ps" in products:
+        _define_dot_bf16(*define("tile_dot_bf16", tile, [i16, i16, i16, tile, tile, tile]), row_of, joined, splat)
+    if "tdpbssd" in products:
+        _define_dot_s8(*define("tile_dot_s8", tile, [i16, i16, i16, tile, tile, tile]), row_of, joined, splat)
+    return module
+
+
+def _define_dot_bf16(dot, builder, row_of, joined, splat) -> None:
+    i32, f32 = ir.IntType(32), ir.FloatType()
+    row, float_row = ir.VectorType(i32, _ROW_WORDS), ir.VectorType(f32, _ROW_WORDS)
     acc, a, b = dot.args[3:]
-    high_half = ir.Constant(i32, 0xFFFF0000)
-    sixteen = ir.Constant(i32, 16)
     b_low, b_high = [], []
     for p in range(_ROWS):
         b_row = row_of(builder, b, p)
@@ -147,40 +170,67 @@ def _tile_definitions() -> ir.Module:
         total = builder.bitcast(row_of(builder, acc, m), float_row)
         for p in range(_ROWS):
             word = builder.extract_element(a, ir.Constant(i32, m * _ROW_WORDS + p))
-            for half, b_half in ((builder.shl(word, sixteen), b_low[p]), (builder.and_(word, high_half), b_high[p])):
-                value = builder.bitcast(half, f32)
-                splat = builder.shuffle_vector(builder.insert_element(ir.Constant(float_row, None), value, ir.Constant(i32, 0)),
-                                               ir.Constant(float_row, None), ir.Constant(row, [0] * _ROW_WORDS))
-                total = builder.fadd(total, builder.fmul(splat, b_half))
+            halves = (builder.shl(word, ir.Constant(i32, 16)), builder.and_(word, ir.Constant(i32, 0xFFFF0000)))
+            for half, b_half in zip(halves, (b_low[p], b_high[p])):
+                total = builder.fadd(total, builder.fmul(splat(builder, builder.bitcast(half, f32), float_row), b_half))
         results.append(builder.bitcast(total, row))
     builder.ret(joined(builder, results))
-    return module
+
+
+def _define_dot_s8(dot, builder, row_of, joined, splat) -> None:
+    i8, i32 = ir.IntType(8), ir.IntType(32)
+    row = ir.VectorType(i32, _ROW_WORDS)
+    acc, a, b = dot.args[3:]
+    bytes_, wide = ir.VectorType(i8, 4 * _ROW_WORDS), ir.VectorType(i32, 4 * _ROW_WORDS)
+    b_rows = [builder.sext(builder.bitcast(row_of(builder, b, p), bytes_), wide) for p in range(_ROWS)]
+    quads = [ir.Constant(row, [4 * n + j for n in range(_ROW_WORDS)]) for j in range(4)]
+    results = []
+    for m in range(_ROWS):
+        total = row_of(builder, acc, m)
+        for p in range(_ROWS):
+            word = builder.extract_element(a, ir.Constant(i32, m * _ROW_WORDS + p))
+            a_bytes = builder.sext(builder.bitcast(splat(builder, word, row), bytes_), wide)
+            products = builder.mul(a_bytes, b_rows[p])
+            for j in range(4):
+                total = builder.add(total, builder.shuffle_vector(products, products, quads[j]))
+        results.append(total)
+    builder.ret(joined(builder, results))
 
 
 @functools.cache  # once a process: the symbols stay registered, and the engine holding their code is kept
 def register_amx_tiles_by_definition(kernel_ir: str, symbols: tuple[str, ...]) -> object:
-    """Compiles the tile kernels' IR (amx_gemm's) for this CPU with each AMX intrinsic replaced by its
+    """Compiles tile kernels' IR (amx_gemm's, amx_q8's) for this CPU with each AMX intrinsic replaced by its
     definition, and registers their symbols, so numba's loops that call them run here as they would on the
-    tiles. Only full tiles (16 rows of 64 bytes, as the kernels configure every one) are defined. Returns the
-    engine holding the code."""
+    tiles. Returns the engine holding the code."""
+    shapes, products = set(), set()
+
+    def replaced(match: re.Match) -> str:
+        op, rows, colbytes = match.group(1), int(match.group(2)), int(match.group(3))
+        assert rows <= _ROWS and colbytes <= 4 * _ROW_WORDS and colbytes % 4 == 0, match.group(0)
+        if op in ("tileloadd64", "tilestored64"):
+            shapes.add((rows, colbytes))
+            name = f"{'tile_load' if op == 'tileloadd64' else 'tile_store'}_{rows}_{colbytes}"
+        else:
+            products.add(op)
+            name = {"tilezero": "tile_zero", "tdpbf16ps": "tile_dot_bf16", "tdpbssd": "tile_dot_s8"}[op]
+        return f"@{name}(i16 {rows}, i16 {colbytes}"
+
     text = kernel_ir.replace("x86_amx", "<256 x i32>")
-    text = "\n".join(line for line in text.splitlines() if not line.startswith("declare "))
-    shapes = set(re.findall(r"@llvm\.x86\.\w+\.internal\((i16 \d+, i16 \d+)", text))
-    assert shapes <= {"i16 16, i16 64"}, f"tiles other than 16 x 64 bytes: {shapes}"
-    for intrinsic, name in _TILE_INTRINSICS.items():
-        text = text.replace(f"@{intrinsic}(", f"@{name}(")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("declare <256 x i32>")
+                     and not re.match(r"declare void @llvm\.x86\.", line))
+    text = re.sub(rf"@llvm\.x86\.({'|'.join(_TILE_OPS)})\.internal\(i16 (\d+), i16 (\d+)", replaced, text)
     leftover = set(re.findall(r"@llvm\.x86\.[\w.]+", text))
     assert not leftover, f"intrinsics without a definition here: {leftover}"
     text = re.sub(r'"target-features"="[^"]*"', "", text)
-    declarations = "\n".join(f"declare {line}" for line in (
-        "<256 x i32> @tile_load(i16, i16, ptr, i64)", "void @tile_store(i16, i16, ptr, i64, <256 x i32>)",
-        "<256 x i32> @tile_zero(i16, i16)", "<256 x i32> @tile_dot_bf16(i16, i16, i16, <256 x i32>, <256 x i32>, <256 x i32>)"))
+    definitions = _tile_definitions(shapes, products)
+    declarations = "\n".join(f"declare {function.ftype.return_type} @{function.name}"
+                             f"({', '.join(str(t) for t in function.ftype.args)})" for function in definitions.functions)
     llvm_binding.initialize_native_target()
     llvm_binding.initialize_native_asmprinter()
-    kernels = llvm_binding.parse_assembly(text + "\n" + declarations)
-    definitions = llvm_binding.parse_assembly(str(_tile_definitions()))
-    definitions.triple = kernels.triple
-    kernels.link_in(definitions)
+    kernels = llvm_binding.parse_assembly(text + "\n" + declarations.replace("i8*", "ptr"))
+    parsed = llvm_binding.parse_assembly(str(definitions))
+    parsed.triple = kernels.triple
+    kernels.link_in(parsed)
     kernels.verify()
     machine = llvm_binding.Target.from_default_triple().create_target_machine(
         cpu=llvm_binding.get_host_cpu_name(), features=llvm_binding.get_host_cpu_features().flatten(), opt=2)

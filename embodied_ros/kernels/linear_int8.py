@@ -2,9 +2,10 @@
 
 x is quantized per 32-wide block as llama.cpp's CPU backend does for Q8_0 (kernels/cpu/int8_gemm.py);
 each block's int8 sum is exact, then scaled by d_w * d_x and summed in float32. The reference
-quantizes x the same way in numpy and sums in float64; the numba kernel runs `vpdpbusd` where the
-CPU has AVX512-VNNI or AVX-VNNI (256-bit, on AVX2 CPUs without AVX-512), `vpmaddubsw` where it has
-AVX2 and neither (`INT8_PRODUCTS`), else the reference. `pack_for_products` makes Q8Weights from Q8_0 weights where the CPU has either.
+quantizes x the same way in numpy and sums in float64; the numba kernel runs on the AMX tiles
+(`tdpbssd`, kernels/cpu/amx_q8.py) where the CPU has them (`INT8_TILES`), else `vpdpbusd` where it has
+AVX512-VNNI or AVX-VNNI (256-bit, on AVX2 CPUs without AVX-512), `vpmaddubsw` where it has AVX2 and
+neither (`INT8_PRODUCTS`), else the reference. `pack_for_products` makes Q8Weights from Q8_0 weights where the CPU has either.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 
 import numpy as np
 
+from embodied_ros.kernels.cpu.amx_q8 import int8_tiles_available, matmul_amx_q8
 from embodied_ros.kernels.cpu.int8_gemm import (INT8_UNIT, Q8Weight, matmul_q8, pack_q8_0,  # noqa: F401
                                              quantize_activations)
 from embodied_ros.kernels.quant import random_quant_tensor
@@ -20,6 +22,9 @@ from embodied_ros.kernels.registry import kernel, reference
 
 # EMBODIED_ROS_INT8_PRODUCTS=0 keeps today's products (Q8_0 decoded to float32 as it is packed)
 INT8_PRODUCTS = INT8_UNIT is not None and os.environ.get("EMBODIED_ROS_INT8_PRODUCTS", "1") != "0"
+# EMBODIED_ROS_AMX=0 keeps them off the AMX tiles (on AVX512-VNNI), as it does BF16's
+INT8_TILES = (INT8_PRODUCTS and INT8_UNIT == "avx512_vnni" and os.environ.get("EMBODIED_ROS_AMX", "1") != "0"
+              and int8_tiles_available())
 
 
 def _examples(rng: np.random.Generator) -> list[tuple]:
@@ -56,5 +61,5 @@ def linear_int8(x: np.ndarray, weight: Q8Weight, bias: np.ndarray | None = None)
 def linear_int8_numba(x: np.ndarray, weight: Q8Weight, bias: np.ndarray | None = None) -> np.ndarray:
     if not INT8_PRODUCTS:
         return linear_int8(x, weight, bias)
-    y = matmul_q8(x.reshape(-1, weight.shape[1]), weight, bias)
+    y = (matmul_amx_q8 if INT8_TILES else matmul_q8)(x.reshape(-1, weight.shape[1]), weight, bias)
     return y.reshape(*x.shape[:-1], weight.shape[0])

@@ -170,34 +170,42 @@ block_against_panels = types.ExternalFunction(PANELS_SYMBOL, types.void(types.ui
 
 
 @functools.cache
-def tile_units_available() -> bool:
-    """True where the CPU has AMX bf16 tiles and the kernel granted this process their state; then
-    the block product is compiled and its symbol registered for the numba loops below."""
+def tile_state_granted(kind: str) -> bool:
+    """True where the CPU has AMX tiles with `kind` products ("amx-bf16", "amx-int8") and the kernel
+    granted this process the tile state (once a process)."""
     features = llvm_binding.get_host_cpu_features()
-    if not (features.get("amx-tile", False) and features.get("amx-bf16", False)):
+    if not (features.get("amx-tile", False) and features.get(kind, False)):
         return False
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) != 0:
-        return False
-    _compile_block()
-    return True
+    return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
 
 
-_ENGINE = None  # the llvmlite engine holding the compiled block; kept for the process's life
+_ENGINES = []  # the llvmlite engines holding compiled tile code; kept for the process's life
 
 
-def _compile_block() -> None:
-    global _ENGINE
+def compile_tile_code(ir_text: str, symbols: tuple[str, ...]) -> None:
+    """Compiles IR over the tile intrinsics for this CPU and registers `symbols` for numba's loops."""
     llvm_binding.initialize_native_target()
     llvm_binding.initialize_native_asmprinter()
-    module = llvm_binding.parse_assembly(_IR)
+    module = llvm_binding.parse_assembly(ir_text)
     module.verify()
     machine = llvm_binding.Target.from_default_triple().create_target_machine(
         cpu=llvm_binding.get_host_cpu_name(), features=llvm_binding.get_host_cpu_features().flatten(), opt=3)
-    _ENGINE = llvm_binding.create_mcjit_compiler(module, machine)
-    _ENGINE.finalize_object()
-    for symbol in (SYMBOL, PANELS_SYMBOL):
-        llvm_binding.add_symbol(symbol, _ENGINE.get_function_address(symbol))
+    engine = llvm_binding.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    _ENGINES.append(engine)
+    for symbol in symbols:
+        llvm_binding.add_symbol(symbol, engine.get_function_address(symbol))
+
+
+@functools.cache
+def tile_units_available() -> bool:
+    """True where the CPU has AMX bf16 tiles and the kernel granted this process their state; then
+    the block product is compiled and its symbol registered for the numba loops below."""
+    if not tile_state_granted("amx-bf16"):
+        return False
+    compile_tile_code(_IR, (SYMBOL, PANELS_SYMBOL))
+    return True
 
 
 @jit(inline="always")

@@ -9,7 +9,8 @@ The weight is repacked once (`Q8Weight`, about its stored size: 32 int8 + a floa
 int32 sum per block instead of 34 bytes) into panels of 32 output features: per block, 8 steps of
 [32 features, 4 consecutive k] int8, so one 64-byte vector holds 16 features' 4 weights and one
 instruction adds 4 products into each feature's int32 sum. The register tile takes up to 6 rows
-of x: 12 int32 block sums and 12 float32 sums.
+of x: 12 int32 block sums and 12 float32 sums. Where the CPU has AMX tiles the same panels are their
+B tiles (amx_q8.py).
 
 On CPUs with AVX2 and no AVX-512 (`INT8_UNIT` "avx2") the same panels are read 8 features a vector:
 without `vpdpbusd`, a step's 4 products per feature are `vpmaddubsw` of |q_w| and q_x signed by q_w
@@ -43,6 +44,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from embodied_ros.kernels.cpu.allocator import aligned_empty
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL
 
@@ -294,7 +296,7 @@ def _product_serial(xq, xd, wq, ws, wsum, bias, y):  # pragma: no cover - compil
 
 
 @jit(inline="always")
-def _quantize_row(x, xq, xd, r):  # pragma: no cover - compiled
+def _quantize_row(x, xq, xd, r, offset):  # pragma: no cover - compiled
     for b in range(xd.shape[1]):
         amax = np.float32(0.0)
         for i in range(BLOCK):
@@ -304,20 +306,21 @@ def _quantize_row(x, xq, xd, r):  # pragma: no cover - compiled
         xd[r, b] = d
         for i in range(BLOCK):
             q = np.round(x[r, BLOCK * b + i] * inverse)
-            xq[r, BLOCK * b + i] = np.uint8((np.int32(q) + X_OFFSET) & 255)
+            xq[r, BLOCK * b + i] = np.uint8((np.int32(q) + offset) & 255)
 
 
 @jit()
-def quantize_rows(x, xq, xd):  # pragma: no cover - compiled
-    """x [N, k] float32 -> xq [N, k] uint8 (q + X_OFFSET), xd [N, k / 32] float32, per 32-block."""
+def quantize_rows(x, xq, xd, offset):  # pragma: no cover - compiled
+    """x [N, k] float32 -> xq [N, k] uint8 (q + offset: X_OFFSET, or 0 for q itself as int8), xd [N, k / 32]
+    float32, per 32-block."""
     for r in range(x.shape[0]):
-        _quantize_row(x, xq, xd, r)
+        _quantize_row(x, xq, xd, r, offset)
 
 
 @jit(parallel=True)
-def _quantize_parallel(x, xq, xd):  # pragma: no cover - compiled
+def quantize_parallel(x, xq, xd, offset):  # pragma: no cover - compiled
     for r in numba.prange(x.shape[0]):
-        _quantize_row(x, xq, xd, r)
+        _quantize_row(x, xq, xd, r, offset)
 
 
 def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -358,7 +361,8 @@ def pack_q8_0(data: np.ndarray, shape: tuple[int, int]) -> Q8Weight:
     """Q8_0 blocks uint8 [out, in / 32 * 34] -> Q8Weight, a panel at a time."""
     n_out, n_in = shape
     n_blocks, n_panels = n_in // BLOCK, -(-n_out // PANEL)
-    quants = np.zeros((n_panels, n_blocks, 8, PANEL, 4), np.int8)
+    quants = aligned_empty((n_panels, n_blocks, 8, PANEL, 4), np.int8)  # 64-byte lines: AMX's B tiles
+    quants[:] = 0
     scales = np.zeros((n_panels, n_blocks, PANEL), np.float32)
     sums = np.zeros((n_panels, n_blocks, PANEL), np.int32)
     for p in range(n_panels):
@@ -386,7 +390,7 @@ def matmul_q8(x: np.ndarray, weight: Q8Weight, bias: np.ndarray | None = None) -
     xq = np.empty((x.shape[0], n_in), np.uint8)
     xd = np.empty((x.shape[0], n_in // BLOCK), np.float32)
     workers = min(numba.get_num_threads(), n_panels)
-    (_quantize_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else quantize_rows)(x, xq, xd)
+    (quantize_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else quantize_rows)(x, xq, xd, X_OFFSET)
     if workers > 1 and x.shape[0] * n_in * n_out >= PARALLEL_MIN_MACS:
         _product_parallel(xq, xd, weight.quants, weight.scales, weight.sums, padded_bias, y, workers)
     else:
