@@ -10,7 +10,9 @@
 #                      PyTorch float32 and bfloat16 under the same limits (the criterion: >= 1.5x its
 #                      fastest dtype at no worse action error than its bfloat16)
 #   as itself (AMX):
+#     tests_amx        the tile kernels (BF16 products, attention, feed-forward; Q8_0 on tdpbssd) on the real tiles
 #     gemma_layer      pi05_matrix_units.py: one Gemma-2B layer over 968 tokens (>= 40% of the tiles' peak)
+#     gemma_no_tiles   the same with EMBODIED_ROS_AMX=0 (BF16 on vdpbf16ps, Q8_0 on vpdpbusd): what the tiles buy
 #     smolvla_amx      record_types.py on released-size SmolVLA against LeRobot's deployed precision and bfloat16
 #     pi05_amx         record_types.py on full-size pi0.5 against LeRobot's bfloat16 and float32
 #
@@ -26,7 +28,7 @@ cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 LOG=$OUT/run.log
 RECORDS=${RECORDS:-$OUT/records}
-PARTS=${PARTS:-check tests peaks int16 smolvla_avx2 gemma_layer smolvla_amx pi05_amx}
+PARTS=${PARTS:-check tests peaks int16 smolvla_avx2 tests_amx gemma_layer gemma_no_tiles smolvla_amx pi05_amx}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 { date -u; lscpu | head -20; grep -m1 -o 'amx[a-z_0-9]*\|avx_vnni\|avx512_bf16' /proc/cpuinfo | sort -u; } >"$OUT/env.txt" 2>&1
 
@@ -52,8 +54,11 @@ fi
 wants smolvla_avx2 && part smolvla_avx2 2400 "${CLIENT[@]}" "$PY" benchmarks/record_types.py --record "$SMOLVLA" \
   --types f32,bf16,q8_0 --torch-dtypes f32,bf16 --repeats 3 --workdir "$OUT/smolvla_avx2_types" \
   --section smolvla_full_types_intel_avx2_only
+wants tests_amx && part tests_amx 600 "$PY" -m pytest -q test/test_bf16_units.py test/test_int8_units.py
 wants gemma_layer && part gemma_layer 900 "$PY" benchmarks/pi05_matrix_units.py --repeats 3 --rounds 2 \
   --section pi05_matrix_units_intel_amx
+wants gemma_no_tiles && part gemma_no_tiles 900 env EMBODIED_ROS_AMX=0 "$PY" benchmarks/pi05_matrix_units.py \
+  --repeats 3 --rounds 2 --section pi05_matrix_units_intel_no_tiles
 wants smolvla_amx && part smolvla_amx 1800 "$PY" benchmarks/record_types.py --record "$SMOLVLA" \
   --types bf16,q8_0 --torch-dtypes deployed,bf16,f32 --repeats 3 --workdir "$OUT/smolvla_amx_types" \
   --section smolvla_full_types_intel_amx
