@@ -13,7 +13,7 @@ from embodied_ros.kernels import linear_bf16 as bf16_module
 from embodied_ros.kernels.cpu import amx_gemm
 from embodied_ros.kernels.cpu.bf16_gemm import PAIRS_MULTIPLE, pack_bf16
 from embodied_ros.kernels.linear_bf16 import linear_bf16, to_bf16_weight
-from tile_by_definition import register_amx_tiles_by_definition
+from tile_by_definition import register_amx_tiles_by_definition, tile_instructions_for_sapphire_rapids
 
 FEATURES = llvm_binding.get_host_cpu_features()
 HAS_TILES = bool(FEATURES.get("amx-tile") and FEATURES.get("amx-bf16"))
@@ -71,6 +71,12 @@ def test_tile_products_equal_the_reference(tiles, rows, n_in, n_out):
         assert got.shape == (rows, n_out) and got.flags.c_contiguous
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
     assert amx_gemm.matmul_amx_bf16(x[:0], weight, bias).shape == (0, n_out)
+
+
+def test_the_tile_kernels_compile_for_an_intel_xeon_with_amx():
+    """On every CPU: the block product and the panels product keep their accumulators in tile registers."""
+    emitted, called = tile_instructions_for_sapphire_rapids(amx_gemm._IR)  # noqa: SLF001
+    assert emitted == called and called["tdpbf16ps"] == 8, (emitted, called)
 
 
 def test_tile_products_refuse_weights_not_in_tile_layout():

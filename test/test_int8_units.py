@@ -16,7 +16,7 @@ from embodied_ros.kernels.cpu.int8_gemm import Q8Weight
 from embodied_ros.kernels.linear_int8 import linear_int8
 from embodied_ros.kernels.quant import QuantTensor, random_quant_tensor
 from embodied_ros.kernels.registry import KernelSet
-from tile_by_definition import compile_tile, register_amx_tiles_by_definition
+from tile_by_definition import compile_tile, register_amx_tiles_by_definition, tile_instructions_for_sapphire_rapids
 
 FEATURES = llvm_binding.get_host_cpu_features()
 
@@ -147,3 +147,10 @@ def test_q8_0_products_on_the_int8_tiles_equal_the_reference(int8_tiles, rows, n
         assert got.shape == (rows, n_out) and got.flags.c_contiguous
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
     assert matmul_amx_q8(x[:0], weight, bias).shape == (0, n_out)
+
+
+def test_the_int8_tile_kernel_compiles_for_an_intel_xeon_with_amx():
+    """On every CPU: LLVM configures its three tile shapes and keeps all eight tiles in registers."""
+    from embodied_ros.kernels.cpu import amx_q8
+    emitted, called = tile_instructions_for_sapphire_rapids(amx_q8.IR)
+    assert emitted == called and called["tdpbssd"] == 4, (emitted, called)

@@ -239,3 +239,16 @@ def register_amx_tiles_by_definition(kernel_ir: str, symbols: tuple[str, ...]) -
     for symbol in symbols:
         llvm_binding.add_symbol(symbol, engine.get_function_address(symbol))
     return engine
+
+
+def tile_instructions_for_sapphire_rapids(kernel_ir: str) -> tuple[dict[str, int], dict[str, int]]:
+    """(tile instructions in the kernels' assembly for a Sapphire Rapids, tile intrinsic calls in their IR), by
+    mnemonic: equal counts mean LLVM configured every tile shape and spilled no tile."""
+    calls = re.findall(r"call \S+ @llvm\.x86\.(\w+?)(?:64)?\.internal", kernel_ir)
+    llvm_binding.initialize_native_target()
+    llvm_binding.initialize_native_asmprinter()
+    machine = llvm_binding.Target.from_default_triple().create_target_machine(
+        cpu="sapphirerapids", features="+amx-tile,+amx-int8,+amx-bf16,+avx512f", opt=3)
+    assembly = machine.emit_assembly(llvm_binding.parse_assembly(kernel_ir))
+    emitted = re.findall(r"^\s+(t(?:ileloadd|ilestored|ilezero|dpbf16ps|dpbssd))\b", assembly, re.M)
+    return ({op: emitted.count(op) for op in set(emitted)}, {op: calls.count(op) for op in set(calls)})
