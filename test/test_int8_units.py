@@ -154,3 +154,17 @@ def test_the_int8_tile_kernel_compiles_for_an_intel_xeon_with_amx():
     from embodied_ros.kernels.cpu import amx_q8
     emitted, called = tile_instructions_for_sapphire_rapids(amx_q8.IR)
     assert emitted == called and called["tdpbssd"] == 4, (emitted, called)
+
+
+def test_few_rows_stay_off_the_int8_tiles(monkeypatch):
+    from embodied_ros.kernels import linear_int8 as module
+    from embodied_ros.kernels.cpu.amx_q8 import TILES_MIN_ROWS
+    taken = []
+    monkeypatch.setattr(module, "INT8_PRODUCTS", True)
+    monkeypatch.setattr(module, "INT8_TILES", True)
+    monkeypatch.setattr(module, "matmul_amx_q8", lambda x, w, b: taken.append("tiles") or np.zeros((len(x), 32)))
+    monkeypatch.setattr(module, "matmul_q8", lambda x, w, b: taken.append("vector") or np.zeros((len(x), 32)))
+    weight = int8_gemm.pack_q8_0(random_quant_tensor(np.random.default_rng(1), "q8_0", (32, 64)).data, (32, 64))
+    for rows in (1, TILES_MIN_ROWS - 1, TILES_MIN_ROWS, 50):
+        module.linear_int8_numba(np.ones((rows, 64), np.float32), weight)
+    assert taken == ["vector", "vector", "tiles", "tiles"]

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from embodied_ros.kernels.cpu.amx_q8 import int8_tiles_available, matmul_amx_q8
+from embodied_ros.kernels.cpu.amx_q8 import TILES_MIN_ROWS, int8_tiles_available, matmul_amx_q8
 from embodied_ros.kernels.cpu.int8_gemm import (INT8_UNIT, Q8Weight, matmul_q8, pack_q8_0,  # noqa: F401
                                              quantize_activations)
 from embodied_ros.kernels.quant import random_quant_tensor
@@ -61,5 +61,6 @@ def linear_int8(x: np.ndarray, weight: Q8Weight, bias: np.ndarray | None = None)
 def linear_int8_numba(x: np.ndarray, weight: Q8Weight, bias: np.ndarray | None = None) -> np.ndarray:
     if not INT8_PRODUCTS:
         return linear_int8(x, weight, bias)
-    y = (matmul_amx_q8 if INT8_TILES else matmul_q8)(x.reshape(-1, weight.shape[1]), weight, bias)
+    rows = x.reshape(-1, weight.shape[1])
+    y = (matmul_amx_q8 if INT8_TILES and rows.shape[0] >= TILES_MIN_ROWS else matmul_q8)(rows, weight, bias)
     return y.reshape(*x.shape[:-1], weight.shape[0])

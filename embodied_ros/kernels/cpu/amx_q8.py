@@ -28,6 +28,7 @@ from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MAC
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 
 BLOCK_ROWS = 32  # rows of x per block product (two A tiles)
+TILES_MIN_ROWS = 8  # fewer rows go to vpdpbusd: a block product sums and scales 32 rows whatever the count
 ROWS_PER_PASS = 8  # blocks of 32 rows whose quantized x stays in L2 while every panel reads it
 SYMBOL = "embodied_ros_amx_q8_block"
 
