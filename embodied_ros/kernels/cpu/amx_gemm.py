@@ -51,6 +51,16 @@ def _steps(start: str, init: str, a0: str, b: str) -> str:
             .replace("%B,", f"{b},"))
 
 
+# The tile intrinsics of this module's kernels and amx_q8's, each tile's shape (rows, bytes a row) given
+# at every call, from which LLVM configures the tiles (`ldtilecfg`) on entering a function.
+TILE_DECLARATIONS = """target triple = "x86_64-unknown-linux-gnu"
+declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
+declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
+declare x86_amx @llvm.x86.tdpbssd.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
+declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
+declare x86_amx @llvm.x86.tilezero.internal(i16, i16)
+"""
+
 _STEPS = """step:
   %k = phi i64 [0, %START], [%k.next, %step]
   %y00 = phi x86_amx [%INIT00, %START], [%n00, %step]
@@ -85,12 +95,7 @@ store:
 # like a C tile at `init_stride` (0 repeats one row: the bias). a: A tiles, 16-row blocks
 # `a_stride` bytes apart, steps 1 KiB apart; b: a panel, rows 128 bytes apart; c: rows `ldc` bytes
 # apart; init of block r at init + r * init_block bytes.
-_IR = r"""
-target triple = "x86_64-unknown-linux-gnu"
-declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
-declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
-declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
-declare x86_amx @llvm.x86.tilezero.internal(i16, i16)
+_IR = TILE_DECLARATIONS + r"""
 
 define void @SYMBOL(ptr %a, i64 %a_stride, ptr %b, ptr %c, i64 %ldc, ptr %init, i64 %init_stride,
                     i64 %init_block, i64 %blocks, i64 %steps) #0 {

@@ -22,7 +22,7 @@ import numpy as np
 from numba import types
 
 from embodied_ros.kernels.cpu.allocator import recycled_empty
-from embodied_ros.kernels.cpu.amx_gemm import compile_tile_code, tile_state_granted
+from embodied_ros.kernels.cpu.amx_gemm import TILE_DECLARATIONS, compile_tile_code, tile_state_granted
 from embodied_ros.kernels.cpu.int8_gemm import BLOCK, Q8Weight, quantize_parallel, quantize_rows
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
@@ -35,12 +35,7 @@ SYMBOL = "embodied_ros_amx_q8_block"
 # y[32 x 32] += sum over `blocks` 32-blocks b of d_x[r, b] * d_w[b, n] * (q_x[r, b] . q_w[b, n]). xq: 32 rows of
 # q_x int8 `ldq` bytes apart; xd: their d_x float32, rows `ldd` bytes apart; wq: the panel's blocks, 1 KiB
 # each; ws: its d_w, 32 float32 a block; y: rows `ldy` bytes apart, 32 float32 each.
-IR = r"""
-target triple = "x86_64-unknown-linux-gnu"
-declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
-declare x86_amx @llvm.x86.tdpbssd.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
-declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
-declare x86_amx @llvm.x86.tilezero.internal(i16, i16)
+IR = TILE_DECLARATIONS + r"""
 declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)
 
 define void @SYMBOL(ptr %xq, i64 %ldq, ptr %xd, i64 %ldd, ptr %wq, ptr %ws, ptr %y, i64 %ldy, i64 %blocks) #0 {
