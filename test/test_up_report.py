@@ -46,11 +46,18 @@ def _children_running(module: str) -> list[int]:
 def test_up_says_in_one_error_when_the_synthetic_robot_cannot_start(monkeypatch):
     from embodied_ros.graph import up
 
+    import re
+    import shutil
+
     monkeypatch.setattr(up, "robot_command", lambda *args: [sys.executable, "-c", "raise SystemExit(3)"])
-    with pytest.raises(RuntimeError, match=r"synthetic robot's process ended with exit code 3 \(its log: .*\.log\)"):
+    expected = r"synthetic robot's process ended with exit code 3 \(its log: .*\.log\)"
+    with pytest.raises(RuntimeError, match=expected) as raised:
         run_up(load_config(None), duration_s=2.0, domain_id=next_domain(), print_fn=lambda line: None,
                runtime=FakeRuntime())
     assert not _children_running("-c raise SystemExit")
+    log = Path(re.search(r"its log: (.*\.log)\)", str(raised.value)).group(1))
+    assert log.is_file()  # kept for the user; the test removes it
+    shutil.rmtree(log.parent)
 
 
 def test_up_on_two_hosts_each_runs_its_share_and_commands_stream(tmp_path):

@@ -134,7 +134,9 @@ def _tile_definitions(shapes: set[tuple[int, int]], products: set[str]) -> ir.Mo
         for r in range(_ROWS):
             if r < rows:
                 value = builder.load(builder.bitcast(address(builder, base, stride, r), narrow.as_pointer()), align=1)
-                loaded.append(builder.shuffle_vector(value, ir.Constant(narrow, None), widen) if words < _ROW_WORDS else value)
+                if words < _ROW_WORDS:
+                    value = builder.shuffle_vector(value, ir.Constant(narrow, None), widen)
+                loaded.append(value)
             else:
                 loaded.append(zero_row)
         builder.ret(joined(builder, loaded))
@@ -223,8 +225,8 @@ def register_amx_tiles_by_definition(kernel_ir: str, symbols: tuple[str, ...]) -
     assert not leftover, f"intrinsics without a definition here: {leftover}"
     text = re.sub(r'"target-features"="[^"]*"', "", text)
     definitions = _tile_definitions(shapes, products)
-    declarations = "\n".join(f"declare {function.ftype.return_type} @{function.name}"
-                             f"({', '.join(str(t) for t in function.ftype.args)})" for function in definitions.functions)
+    declarations = "\n".join(f"declare {f.ftype.return_type} @{f.name}({', '.join(str(t) for t in f.ftype.args)})"
+                             for f in definitions.functions)
     llvm_binding.initialize_native_target()
     llvm_binding.initialize_native_asmprinter()
     kernels = llvm_binding.parse_assembly(text + "\n" + declarations.replace("i8*", "ptr"))
