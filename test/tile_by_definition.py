@@ -167,7 +167,8 @@ def _define_dot_bf16(module: ir.Module) -> None:
             word = builder.extract_element(a, ir.Constant(_I32, m * _ROW_WORDS + p))
             halves = (builder.shl(word, ir.Constant(_I32, 16)), builder.and_(word, ir.Constant(_I32, 0xFFFF0000)))
             for half, b_half in zip(halves, (b_low[p], b_high[p])):
-                total = builder.fadd(total, builder.fmul(_splat(builder, builder.bitcast(half, f32), float_row), b_half))
+                a_half = _splat(builder, builder.bitcast(half, f32), float_row)
+                total = builder.fadd(total, builder.fmul(a_half, b_half))
         results.append(builder.bitcast(total, _ROW))
     builder.ret(_joined(builder, results))
 
