@@ -22,14 +22,14 @@ import numpy as np
 from numba import types
 
 from embodied_ros.kernels.cpu.allocator import recycled_empty
-from embodied_ros.kernels.cpu.amx_gemm import TILE_DECLARATIONS, compile_tile_code, tile_state_granted
+from embodied_ros.kernels.cpu.amx_gemm import BLOCKING, TILE_DECLARATIONS, compile_tile_code, tile_state_granted
 from embodied_ros.kernels.cpu.int8_gemm import BLOCK, Q8Weight, quantize_parallel, quantize_rows
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 
 BLOCK_ROWS = 32  # rows of x per block product (two A tiles)
 TILES_MIN_ROWS = 8  # fewer rows go to vpdpbusd: a block product sums and scales 32 rows whatever the count
-ROWS_PER_PASS = 8  # blocks of 32 rows whose quantized x stays in L2 while every panel reads it
+ROWS_PER_PASS = BLOCKING[1]  # blocks of 32 rows whose x stays in L2 while every panel reads it, as for bf16
 SYMBOL = "embodied_ros_amx_q8_block"
 
 # y[32 x 32] += sum over `blocks` 32-blocks b of d_x[r, b] * d_w[b, n] * (q_x[r, b] . q_w[b, n]). xq: 32 rows of
