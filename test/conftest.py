@@ -1,11 +1,8 @@
 """Shared test fixtures."""
 
-import itertools
-import os
-
 import pytest
 
-_domain_ids = itertools.count()
+from domains import next_domain
 
 
 @pytest.fixture
@@ -14,7 +11,7 @@ def ros_domain_id(monkeypatch) -> int:
 
     Tests of several processes run side by side; separate domains keep their topics apart.
     """
-    domain_id = 1 + (os.getpid() * 7 + next(_domain_ids)) % 100
+    domain_id = next_domain()
     monkeypatch.setenv("ROS_DOMAIN_ID", str(domain_id))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     return domain_id

@@ -3,8 +3,6 @@ probe that records what the graph reports, each in its own rclpy context and dom
 
 from __future__ import annotations
 
-import itertools
-import os
 import threading
 import time
 from collections import Counter
@@ -25,14 +23,6 @@ from embodied_ros.node_infra.topics import ACTION_CHUNK, COMMAND_TOPICS, DIAGNOS
 from embodied_ros.inputs.stamps import time_to_ns
 from embodied_ros.msg import ActionChunk, StageTiming
 from embodied_ros.nodes.synthetic import SyntheticRobot
-
-_domains = itertools.count()
-
-
-def next_domain() -> int:
-    """A DDS domain for one graph: distinct per test and per test process (others may run at the
-    same time on this machine), in 101..231, above the range test/conftest.py hands out."""
-    return 101 + (os.getpid() * 7 + next(_domains)) % 131
 
 
 class FaultyRobot(SyntheticRobot):

@@ -14,8 +14,9 @@ import pytest
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.share import child_environment, module_command, start_child
+from domains import next_domain
 from graph_bundles import pi05_bundle
-from graph_harness import next_domain, wait_for
+from graph_harness import wait_for
 
 
 @pytest.fixture

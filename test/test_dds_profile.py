@@ -10,7 +10,7 @@ import sys
 import time
 
 from embodied_ros.node_infra.paths import dds_environment
-from graph_harness import next_domain
+from domains import next_domain
 
 PUBLISHER = """
 import rclpy

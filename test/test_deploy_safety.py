@@ -167,7 +167,7 @@ def test_unset_limits_are_warned_about_once_per_process_however_many_controllers
     from rclpy.context import Context
 
     from embodied_ros.nodes.controller import ControllerNode
-    from graph_harness import next_domain
+    from domains import next_domain
 
     context = Context()
     rclpy.init(context=context, domain_id=next_domain())

@@ -15,7 +15,7 @@ from embodied_ros.models.pi05.runtime import load_runtime
 from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
 from embodied_ros.sim.metaworld import CAMERA, MetaWorldTask
-from graph_harness import next_domain
+from domains import next_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "bundles" / "pi05_metaworld.gguf"

@@ -16,8 +16,8 @@ import yaml
 from embodied_ros.bundle import families, open_bundle
 from embodied_ros.graph.launch_plan import launch_plan
 from embodied_ros.node_infra.config import flatten, load_config
+from domains import next_domain
 from graph_bundles import ROOT
-from graph_harness import next_domain
 
 FAMILIES = families.known_families()
 DATA = ROOT / "test" / "data"

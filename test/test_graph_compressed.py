@@ -11,8 +11,8 @@ from embodied_ros.inputs.compressed import compressed_to_rgb8, rgb8_to_compresse
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.pipeline.stages import load_runtime
 from embodied_ros.sim import robot
+from domains import next_domain
 from graph_bundles import pi05_bundle
-from graph_harness import next_domain
 
 CAMERA_SIZE = (120, 160)  # larger than the model's input: the runtime resizes, as for a real camera
 JPEG_ACTION_TOLERANCE = 0.01  # measured 0.0012 on this bundle's actions (range about -4..5)

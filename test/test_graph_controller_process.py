@@ -15,8 +15,8 @@ import pytest
 from embodied_ros.graph.composed import ros_remaps
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.container import ros_arguments
+from domains import next_domain
 from fake_runtime import FakeRuntime
-from graph_harness import next_domain
 
 HOLD_S = 0.15  # each action run holds the interpreter this long without letting go
 

@@ -6,8 +6,8 @@ import pytest
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.lockstep import LockstepGraph
 from embodied_ros.pipeline.noise import stage_noise
+from domains import next_domain
 from fake_runtime import FakeRuntime, random_images
-from graph_harness import next_domain
 
 
 def _episode(runtime, steps, seed=3):

@@ -13,8 +13,8 @@ from embodied_ros.pipeline.stages import infer
 from embodied_ros.pipeline.types import Observation
 from embodied_ros.sim.metaworld import StepResult
 from embodied_ros.sim.metaworld_eval import run_episode
+from domains import next_domain
 from fake_runtime import FakeRuntime
-from graph_harness import next_domain
 
 CAMERA, SEED, DELAY, CAP, PLAN_EVERY = "front", 4, 3, 30, 5
 

@@ -22,8 +22,8 @@ from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import load_runtime
 from embodied_ros.pipeline.types import Observation
 from embodied_ros.share import share_path
+from domains import next_domain
 from graph_bundles import world_action_bundle
-from graph_harness import next_domain
 
 STEPS = 12
 INSTRUCTIONS = ["put the black bowl on the plate"] * 8 + ["open the top drawer"] * 4  # a new episode at step 8

@@ -5,8 +5,9 @@ import shutil
 
 from embodied_ros.graph.processes import SeparateGraph
 from embodied_ros.node_infra.config import load_config
+from domains import next_domain
 from graph_bundles import pi05_bundle
-from graph_harness import next_domain, wait_for
+from graph_harness import wait_for
 
 
 def _controller_alone(tmp_path_factory, log_dir=None) -> SeparateGraph:

@@ -88,7 +88,7 @@ def test_a_start_cut_short_by_ctrl_c_leaves_no_thread_process_or_node():
     import sys
     from pathlib import Path
 
-    from graph_harness import next_domain
+    from domains import next_domain
 
     done = subprocess.run([sys.executable, "-c", _INTERRUPTED_START, str(Path(__file__).parent), str(next_domain())],
                           capture_output=True, text=True, timeout=120)

@@ -13,8 +13,8 @@ from trajectory_msgs.msg import JointTrajectory
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.lockstep import LockstepGraph
 from embodied_ros.node_infra.topics import COMMAND_PREVIEW, COMMAND_TOPICS, DIAGNOSTICS, lockstep_qos
+from domains import next_domain
 from fake_runtime import FakeRuntime, random_images
-from graph_harness import next_domain
 
 JOINTS = ["j0", "j1", "j2"]
 

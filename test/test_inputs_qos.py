@@ -29,8 +29,9 @@ from embodied_ros.graph.up import live_line
 from embodied_ros.inputs.image import array_to_image
 from embodied_ros.inputs.stamps import ns_to_time
 from embodied_ros.nodes.synthetic import SyntheticRobot
+from domains import next_domain
 from fake_runtime import FakeRuntime
-from graph_harness import Outside, next_domain, wait_for
+from graph_harness import Outside, wait_for
 
 PROFILES = {
     "default": QoSProfile(depth=10),  # create_publisher(..., 10): reliable, volatile

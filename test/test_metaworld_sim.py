@@ -16,7 +16,7 @@ from std_msgs.msg import Float64MultiArray, String
 from embodied_ros.node_infra.topics import COMMAND_TOPICS, DIAGNOSTICS, JOINT_STATES, camera_topic, lockstep_qos
 from embodied_ros.nodes.metaworld_sim import EPISODE_EVENTS, MetaWorldSim
 from embodied_ros.sim.metaworld import ACTION_NAMES, CAMERA, IMAGE_SIZE, STATE_NAMES, state_vector
-from graph_harness import next_domain
+from domains import next_domain
 
 
 class Probe:

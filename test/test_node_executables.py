@@ -16,8 +16,9 @@ from embodied_ros.node_infra.config import load_config
 from embodied_ros.node_infra.node_table import NODES, node_spec
 from embodied_ros.node_infra.paths import dds_environment
 from embodied_ros.pipeline.stages import load_runtime
+from domains import next_domain
 from graph_bundles import pi05_bundle
-from graph_harness import Outside, configure_and_activate, next_domain, wait_for
+from graph_harness import Outside, configure_and_activate, wait_for
 
 STEP_S = 0.1
 START_TIMEOUT_S = 120.0  # six interpreters importing numpy, numba and rclpy at once on two cores

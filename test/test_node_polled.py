@@ -16,7 +16,8 @@ from sensor_msgs.msg import JointState
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.node_infra.drive import drive_for
 from embodied_ros.node_infra.polled import PolledGroup, PolledSubscription, ignore_message
-from graph_harness import next_domain, wait_for
+from domains import next_domain
+from graph_harness import wait_for
 
 KEEP_THREE = QoSProfile(depth=3)  # reliable: nothing published here is lost on the way
 

@@ -12,7 +12,8 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.experimental import EventsExecutor
 
 from embodied_ros.node_infra.spinning import PeriodicThread, SpinThread
-from graph_harness import next_domain, wait_for
+from domains import next_domain
+from graph_harness import wait_for
 
 PERIOD_S = 0.02
 

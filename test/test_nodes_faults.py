@@ -9,8 +9,9 @@ from rclpy.context import Context
 from embodied_ros.graph.composed import ComposedGraph
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.pipeline.stages import load_runtime
+from domains import next_domain
 from graph_bundles import pi05_bundle
-from graph_harness import Outside, next_domain, streaming_since, wait_for
+from graph_harness import Outside, streaming_since, wait_for
 
 STEP_S = 0.1
 

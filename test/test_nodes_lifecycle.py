@@ -13,8 +13,9 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from embodied_ros.graph.composed import ComposedGraph
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.nodes.perception import PerceptionNode
+from domains import next_domain
 from fake_runtime import FakeRuntime
-from graph_harness import Outside, next_domain, streaming_since, wait_for
+from graph_harness import Outside, streaming_since, wait_for
 
 
 def test_configure_with_a_missing_bundle_fails_cleanly(tmp_path, capfd):

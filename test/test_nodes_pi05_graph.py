@@ -10,8 +10,8 @@ from embodied_ros.graph.lockstep import LockstepGraph
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import infer, load_runtime
 from embodied_ros.pipeline.types import Observation
+from domains import next_domain
 from graph_bundles import pi05_bundle
-from graph_harness import next_domain
 
 INSTRUCTION = "put the cup on the plate"
 SEED = 5

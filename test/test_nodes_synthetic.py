@@ -18,8 +18,8 @@ from embodied_ros.share import module_command, share_path
 from embodied_ros.replay.synthetic import SyntheticConfig, measured_at, targets_at
 from embodied_ros.sim import robot
 from embodied_ros.sim.robot import ARM_JOINTS
+from domains import next_domain
 from fake_runtime import FakeRuntime
-from graph_harness import next_domain
 
 CAMERAS = {"front": (24, 32), "wrist": (16, 16)}
 

@@ -16,8 +16,8 @@ from embodied_ros.node_infra.transport import encode_output
 from embodied_ros.msg import StageOutput
 from embodied_ros.nodes.world import WorldNode
 from embodied_ros.pipeline.types import StageResult
+from domains import next_domain
 from fake_runtime import FakeRuntime
-from graph_harness import next_domain
 
 
 def test_world_node_without_a_world_model_stays_idle_while_prefixes_arrive():

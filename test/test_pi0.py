@@ -178,7 +178,7 @@ def test_up_on_the_pi0_config_publishes_action_chunks(tmp_path):
     import os
     import subprocess
 
-    from graph_harness import next_domain
+    from domains import next_domain
 
     report_path = tmp_path / "report.json"
     command = [sys.executable, "-m", "embodied_ros.cli.main", "up", str(ROOT / "config" / "pi0.yaml"), "--duration",

@@ -19,7 +19,7 @@ from embodied_ros.node_infra.config import load_config
 from embodied_ros.pipeline.noise import stage_noise
 from embodied_ros.pipeline.stages import load_runtime, read_spec
 from embodied_ros.pipeline.types import ChunkContinuation, Observation
-from graph_harness import next_domain
+from domains import next_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "test" / "data"

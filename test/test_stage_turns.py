@@ -8,8 +8,8 @@ import time
 import pytest
 
 from embodied_ros.node_infra.config import load_config
+from domains import next_domain
 from fake_runtime import FakeRuntime
-from graph_harness import next_domain
 
 CALL_S = 0.06  # three stages of 60 ms a step of 100 ms: the next step's perception is due before the action ends
 

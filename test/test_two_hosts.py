@@ -16,8 +16,8 @@ from embodied_ros.pipeline.stages import read_spec
 from embodied_ros.testbed.network import LinkShape, TwoHosts
 from embodied_ros.testbed.recording import Recording
 from embodied_ros.testbed.split_graph import SplitGraph
+from domains import next_domain
 from graph_bundles import pi05_bundle
-from graph_harness import next_domain
 
 RATE_HZ = 50.0
 PERIOD_MS = 1e3 / RATE_HZ

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from domains import next_domain
 from graph_bundles import ROOT, pi05_bundle
-from graph_harness import next_domain
 
 
 @pytest.mark.parametrize("layout", ["composed", "separate"])

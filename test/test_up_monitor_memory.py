@@ -16,7 +16,7 @@ from embodied_ros.graph.monitor import RUN_SAMPLE_ROWS, GraphMonitor
 from embodied_ros.inputs.stamps import ns_to_time
 from embodied_ros.msg import StageTiming
 from embodied_ros.node_infra.stats import percentiles
-from graph_harness import next_domain
+from domains import next_domain
 
 PERIOD_NS = 20_000_000  # 50 Hz
 

@@ -9,7 +9,7 @@ from embodied_ros.graph.monitor import GraphMonitor
 from embodied_ros.node_infra.stats import reason_kind
 from embodied_ros.graph.up import UpReport, format_report
 from embodied_ros.nodes.state_log import StateLog
-from graph_harness import next_domain
+from domains import next_domain
 
 STALE = "inputs: camera base_0_rgb: newest message is {} ms old (limit 500 ms)"
 

@@ -8,8 +8,8 @@ import pytest
 
 from embodied_ros.node_infra.config import load_config
 from embodied_ros.graph.up import format_report, run_up
+from domains import next_domain
 from fake_runtime import FakeRuntime
-from graph_harness import next_domain
 
 
 def test_up_reports_stage_rates_latencies_and_command_period_error():
