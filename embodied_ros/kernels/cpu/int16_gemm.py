@@ -194,7 +194,7 @@ def _panels(xq, xd, wq, ws, bias, y, first, last):  # pragma: no cover - compile
             row = 0
             for t in range(tiles):
                 rows = base + 1 if t < extra else base
-                _tile_rows(rows, xq.ctypes.data + (row * n_blocks + rows * b0) * BLOCK * 2,
+                _tile_rows(rows, xq.ctypes.data + (b0 * n_rows + row * (b1 - b0)) * BLOCK * 2,
                            xd.ctypes.data + (row * ldd + b0) * 4, ldd, wq[p, b0:].ctypes.data,
                            y.ctypes.data + (row * ldc + PANEL * p) * 4, ldc, b1 - b0)
                 row += rows
@@ -217,9 +217,12 @@ def _product_serial(xq, xd, wq, ws, bias, y):  # pragma: no cover - compiled
 
 @jit(inline="always")
 def _quantize_row(x, xq, xd, r, scratch):  # pragma: no cover - compiled
-    """Row r of x into xq, a flat int16 array holding x's row tiles one after the other, each block by
-    block ([B, rows, 32]), so a tile reads its x in one stream; its block scales into xd [N, B].
-    scratch: 32 int32 of the calling thread's."""
+    """Row r of x into xq, a flat int16 array in the order the tiles read it: by DEPTH_BLOCKS groups of
+    blocks, within a group the row tiles one after the other, each block by block ([blocks, rows,
+    32]), so one pass over a panel reads x in one stream, which the cache's prefetcher follows (with
+    each tile's blocks of all depths together, consecutive tiles were a tile's whole row apart: on
+    Zen 3, one core or two, products of 256-3072 rows ran up to 6% slower that way, 3072 x 3072 ->
+    768 7-17%); its block scales into xd [N, B]. scratch: 32 int32 of the calling thread's."""
     n_rows, n_in = x.shape
     n_blocks = xd.shape[1]
     tiles, base, extra = _tiles(n_rows)
@@ -227,7 +230,7 @@ def _quantize_row(x, xq, xd, r, scratch):  # pragma: no cover - compiled
         rows, local = base + 1, r % (base + 1)
     else:
         rows, local = base, (r - extra * (base + 1)) % base
-    start = (r - local) * n_blocks * BLOCK + local * BLOCK
+    row0 = r - local
     for b in range(n_blocks):
         first = BLOCK * b
         count = min(BLOCK, n_in - first)
@@ -241,7 +244,8 @@ def _quantize_row(x, xq, xd, r, scratch):  # pragma: no cover - compiled
             scratch[i] = np.int32(x[r, first + i] * inverse + _ROUNDER) - np.int32(_ROUNDER)
         for i in range(count, BLOCK):
             scratch[i] = 0
-        out = start + b * rows * BLOCK
+        group = b - b % DEPTH_BLOCKS
+        out = (group * n_rows + row0 * min(DEPTH_BLOCKS, n_blocks - group) + (b - group) * rows + local) * BLOCK
         for i in range(BLOCK):
             xq[out + i] = scratch[i]
 
