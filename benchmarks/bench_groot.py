@@ -2,7 +2,7 @@
 
     python benchmarks/bench_groot.py [--parts small,full_width] [--types f32,bf16,q8_0] [--repeats 5] [--rounds 3]
                                      [--threads 2] [--workdir DIR] [--generator reference/gen_groot.py]
-                                     [--no-write]
+                                     [--section-suffix S] [--no-write]
 
 Parts, each written to its own BENCHMARKS.md section (groot_small, groot_full_width):
   small       a model-level record of benchmarks/specs/groot_small.json (2 views of 256 x 256, vision
@@ -50,6 +50,7 @@ def parse_args(argv=None):
     common.add_workdir_argument(parser, "bench_groot")
     parser.add_argument("--generator", type=Path, default=common.REFERENCE_GENERATORS / "gen_groot.py",
                         help="the records' generator, run in the reference environment (default reference/gen_groot.py)")
+    parser.add_argument("--section-suffix", default="", help="appended to the BENCHMARKS.md section names")
     parser.add_argument("--no-write", action="store_true", help="print the sections instead of writing BENCHMARKS.md")
     return parser.parse_args(argv)
 
@@ -169,7 +170,8 @@ def main(argv=None) -> int:
         section, body = run_part(args, part.strip())
         print(body, flush=True)
         if not args.no_write:
-            common.write_section(common.REPO_ROOT / "BENCHMARKS.md", section, body, common.command_line(), machine)
+            common.write_section(common.REPO_ROOT / "BENCHMARKS.md", section + args.section_suffix, body,
+                                 common.command_line(), machine)
     return 0
 
 
