@@ -1,0 +1,115 @@
+"""Bundles, or one bundle under other product paths, timed chunk by chunk in one process, the sides
+in a new random order each round, so that each round's ratios compare runs seconds apart.
+
+    python benchmarks/path_pairs.py --record DIR SIDE [SIDE ...] [--case 0] [--rounds 12] [--threads 2]
+                                    [--section NAME]
+
+A SIDE is a bundle, optionally with settings of the product paths after '@', for example
+`smolvla_bf16.gguf@int16_rows=inf`: `int16_rows` is kernels/cpu/int16_gemm.py's DECODE_ABOVE_ROWS
+(above it a BF16 weight's int16 panels are decoded for BLAS), `share_rows` kernels/cpu/blas.py's
+SHARE_MIN_ROWS (from it a float32 BLAS product runs as shares on single-threaded BLAS instead of on
+BLAS's own threads); `inf` for no limit. Each side runs the record's case as `embodied-ros bench`
+does (the family's bench cases), after two untimed runs. The first side is the baseline: each row
+gives the median over rounds of the baseline's time over that side's, per stage and for the chunk.
+On a machine whose speed moves by tens of percent within minutes, those per-round ratios hold
+where medians of runs minutes apart do not.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from pathlib import Path
+
+import common
+
+KNOBS = {"int16_rows": ("embodied_ros.kernels.cpu.int16_gemm", "DECODE_ABOVE_ROWS"),
+         "share_rows": ("embodied_ros.kernels.cpu.blas", "SHARE_MIN_ROWS")}
+
+
+def parse_side(text: str) -> tuple[str, dict[str, int]]:
+    path, _, settings = text.partition("@")
+    knobs = {}
+    for item in filter(None, settings.split(",")):
+        name, sep, value = item.partition("=")
+        if not sep or name not in KNOBS:
+            raise SystemExit(f"path_pairs: {item!r}: settings are {', '.join(f'{k}=N' for k in KNOBS)} (N or inf)")
+        knobs[name] = 1 << 62 if value == "inf" else int(value)
+    return path, knobs
+
+
+def apply(knobs: dict[str, int], defaults: dict[str, int]) -> None:
+    import importlib
+
+    for name, (module, attribute) in KNOBS.items():
+        setattr(importlib.import_module(module), attribute, knobs.get(name, defaults[name]))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sides", nargs="+", help="BUNDLE[@setting=N,...]; the first is the baseline")
+    parser.add_argument("--record", type=Path, required=True, help="a record folder of the bundles' family")
+    parser.add_argument("--case", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--section", help="write this BENCHMARKS.md section (default: print only)")
+    args = parser.parse_args(argv)
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[variable] = str(args.threads)
+    import importlib
+
+    import numpy as np
+
+    from embodied_ros.bundle import open_bundle
+    from embodied_ros.bundle.families import family
+
+    defaults = {name: getattr(importlib.import_module(module), attribute) for name, (module, attribute) in KNOBS.items()}
+    cases, knobs = {}, {}
+    for text in args.sides:
+        path, settings = parse_side(text)
+        if path not in cases:
+            bundle = open_bundle(path)
+            cases[path] = family(bundle.architecture).bench_cases(bundle, args.record, "numba")[args.case]
+        knobs[text] = (path, settings)
+    runs = {side: [] for side in args.sides}
+    for side, (path, settings) in knobs.items():
+        apply(settings, defaults)
+        cases[path].run(), cases[path].run()
+    for _ in range(args.rounds):
+        for side in random.sample(args.sides, len(args.sides)):
+            path, settings = knobs[side]
+            apply(settings, defaults)
+            seconds, error = cases[path].run()
+            runs[side].append({**{k: 1e3 * v for k, v in seconds.items()}, "chunk": 1e3 * sum(seconds.values()),
+                               "error": error})
+    apply({}, defaults)
+    baseline = args.sides[0]
+    stages = [key for key in runs[baseline][0] if key != "error"]
+    rows = []
+    for side, timed in runs.items():
+        row = {"side": f"`{Path(knobs[side][0]).name}{side[len(knobs[side][0]):]}`"}
+        for stage in stages:
+            own = np.array([run[stage] for run in timed])
+            ratio = np.array([run[stage] for run in runs[baseline]]) / own
+            row[f"{stage} ms"] = float(np.median(own))
+            row[f"{stage}: baseline / this"] = float(np.median(ratio))
+        ratio = np.array([run["chunk"] for run in runs[baseline]]) / np.array([run["chunk"] for run in timed])
+        first = side == baseline
+        row["chunk ratio quartiles"] = "" if first else f"{np.percentile(ratio, 25):.3f}-{np.percentile(ratio, 75):.3f}"
+        row["rounds this is faster"] = "" if first else f"{int((ratio > 1).sum())}/{len(ratio)}"
+        row["max abs action error"] = max(run["error"] for run in timed)
+        rows.append(row)
+    body = "\n".join([
+        f"{args.record} case {args.case}, {args.threads} threads, {args.rounds} rounds of every side in a random "
+        f"order after two untimed runs each, one process; ratios are the median over rounds of the baseline's "
+        f"time (the first row) over this side's." + common.runtime_products_note(), "",
+        common.markdown_table(rows)])
+    print(body)
+    if args.section:
+        common.write_section(common.BENCHMARKS_MD, args.section, body, common.command_line(), common.machine_line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
