@@ -1,14 +1,15 @@
-"""BF16 weights on an AVX2 CPU without AVX-512: int16 products against decoding for OpenBLAS.
+"""BF16 weights on an AVX2 CPU without AVX-512: int16 products against float32 ones through OpenBLAS.
 
     python benchmarks/int16_products.py [--repeats 5] [--section NAME]
 
 For each product shape of a released-size SmolVLA (vision tower: 1024 tokens a camera, three
 cameras; SmolLM2 prefix and expert: 960 and 720 wide), at several row counts, one process runs the
-int16 product (kernels/cpu/int16_gemm.py: x quantized per block, `vpmaddwd` or `vpdpwssd`) and the
-path it replaces (the panels decoded into a float32 buffer, then OpenBLAS), alternating, every
-thread of the process; the medians are compared. Each int16 run starts after a pause, so that
-OpenBLAS's worker, spinning after its last product, has let go of its core. The crossover sets
-DECODE_ABOVE_ROWS, the row count above which the runtime decodes.
+int16 product (kernels/cpu/int16_gemm.py: x quantized per block, `vpmaddwd` or `vpdpwssd`), the
+runtime's only path for BF16 weights on such CPUs, and OpenBLAS's float32 product on the same
+values (what an F32 bundle runs), alternating, every thread of the process; the medians are
+compared. Each run starts after a pause, so that OpenBLAS's worker, spinning after its last
+product, has let go of its core. Products taken apart from a model: whole chunks, where BLAS and
+the int16 products alternate, are what benchmarks/path_pairs.py compares.
 """
 from __future__ import annotations
 
@@ -27,8 +28,7 @@ def measure(repeats: int) -> list[dict]:
     import numba
 
     from embodied_ros.kernels.cpu import int16_gemm
-    from embodied_ros.kernels.cpu.blas import limit_threads
-    from embodied_ros.kernels.linear import _decoded_linear  # noqa: PLC2701 - the path int16 replaces
+    from embodied_ros.kernels.cpu.blas import limit_threads, product
 
     if int16_gemm.INT16_UNIT is None:
         raise SystemExit("this CPU runs no int16 products (they are for AVX2 CPUs without AVX-512)")
@@ -37,22 +37,21 @@ def measure(repeats: int) -> list[dict]:
     rows_out = []
     for n_in, n_out in SHAPES:
         weight = int16_gemm.pack_i16(rng.standard_normal((n_out, n_in), dtype=np.float32))
+        values_t = np.ascontiguousarray(weight.dense()).T
         for n in ROWS:
             x = rng.standard_normal((n, n_in), dtype=np.float32)
-            int16_ms, decoded_ms = [], []
+            int16_ms, float32_ms = [], []
             for _ in range(repeats + 1):
-                time.sleep(0.15)
-                start = time.perf_counter()
-                int16_gemm.matmul_i16(x, weight)
-                int16_ms.append(1e3 * (time.perf_counter() - start))
-                start = time.perf_counter()
-                _decoded_linear(x, weight)
-                decoded_ms.append(1e3 * (time.perf_counter() - start))
-            a, b = float(np.median(int16_ms[1:])), float(np.median(decoded_ms[1:]))
+                for runs, run in ((int16_ms, lambda: int16_gemm.matmul_i16(x, weight)),
+                                  (float32_ms, lambda: product(x, values_t))):
+                    time.sleep(0.15)
+                    start = time.perf_counter()
+                    run()
+                    runs.append(1e3 * (time.perf_counter() - start))
+            a, b = float(np.median(int16_ms[1:])), float(np.median(float32_ms[1:]))
             rows_out.append({"rows x in -> out": f"{n} x {n_in} -> {n_out}", "int16 ms": a,
                              "int16 multiply-adds per ns": n * n_in * n_out / a / 1e6,
-                             "decoded + OpenBLAS ms": b, "decoded / int16": b / a,
-                             "runtime takes": "int16" if n <= int16_gemm.DECODE_ABOVE_ROWS else "decoded"})
+                             "float32 OpenBLAS ms": b, "float32 / int16": b / a})
     return rows_out
 
 
@@ -63,8 +62,7 @@ def main(argv=None) -> int:
     parser.add_argument("--section", default=None, help="write the table as this BENCHMARKS.md section")
     args = parser.parse_args(argv)
     from embodied_ros.kernels.cpu import int16_gemm
-    body = (f"Unit: {int16_gemm.INT16_UNIT}. Medians of {args.repeats} alternating runs; 'runtime takes' is "
-            f"the path `linear` chooses (int16 up to DECODE_ABOVE_ROWS = {int16_gemm.DECODE_ABOVE_ROWS} rows).\n\n"
+    body = (f"Unit: {int16_gemm.INT16_UNIT}. Medians of {args.repeats} alternating runs, each after a pause.\n\n"
             + common.markdown_table(measure(args.repeats)))
     print(body)
     if args.section:

@@ -5,7 +5,7 @@
 #     check            what the kernels choose there
 #     tests            the int16 and int8 tiles on AVX-VNNI against their numpy references (they run nowhere else)
 #     peaks            unit_peaks.py: the AVX-VNNI units' peaks against float32 FMA
-#     int16            int16_products.py: int16 against decoding for OpenBLAS (sets DECODE_ABOVE_ROWS there)
+#     int16            int16_products.py: int16 products against float32 ones through OpenBLAS
 #     smolvla_avx2     record_types.py on released-size SmolVLA: this runtime's F32, BF16, Q8_0 against
 #                      PyTorch float32 and bfloat16 under the same limits (the criterion: >= 1.5x its
 #                      fastest dtype at no worse action error than its bfloat16)

@@ -10,8 +10,7 @@
                        (kernels/linear_bf16.py)
   I16Weight            BF16 weights requantized to int16 per output feature (`pack_for_products`,
                        where the CPU has AVX2 and no AVX-512): x quantized per 32-block, int16
-                       products (kernels/linear_int16.py); products of more than DECODE_ABOVE_ROWS
-                       rows decode it for BLAS
+                       products (kernels/linear_int16.py), at any number of rows
   Q8Weight             Q8_0 blocks repacked for int8 dot products (`pack_for_products`, where the
                        CPU has AVX512-VNNI, AVX-VNNI or AVX2): x quantized per 32-block
                        (kernels/linear_int8.py); on AVX2 without AVX-VNNI, products of more than
@@ -39,7 +38,7 @@ import threading
 import numba
 import numpy as np
 
-from embodied_ros.kernels.cpu import gemm, int8_gemm, int16_gemm
+from embodied_ros.kernels.cpu import gemm, int8_gemm
 from embodied_ros.kernels.cpu.blas import product
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, pack_bf16
 from embodied_ros.kernels.cpu.gemm import PANEL, PackedWeight, pack_weight
@@ -95,9 +94,6 @@ def _examples(rng: np.random.Generator) -> list[tuple]:
     if int8_gemm.INT8_UNIT == "avx2":  # int8 panels at many rows, decoded for BLAS (with fewer, x is quantized)
         stored = random_quant_tensor(rng, "q8_0", (40, 64))
         cases.append((rng.standard_normal((70, 64), dtype=np.float32), pack_q8_0(stored.data, stored.shape), None))
-    # int16 panels at many rows, decoded for BLAS (with fewer, x is quantized: linear_int16's tests)
-    cases.append((rng.standard_normal((int16_gemm.DECODE_ABOVE_ROWS + 1, 45), dtype=np.float32),
-                  pack_i16(rng.standard_normal((40, 45), dtype=np.float32)), rng.standard_normal(40, dtype=np.float32)))
     x_t = rng.standard_normal((96, 11), dtype=np.float32)  # x as a transposed (non-contiguous) view
     cases.append((x_t.T, rng.standard_normal((40, 96), dtype=np.float32), None))
     cases.append((x_t.T, random_quant_tensor(rng, "q8_0", (7, 96)), rng.standard_normal(7, dtype=np.float32)))
@@ -167,13 +163,15 @@ def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) 
         return gemm.matmul(x.reshape(-1, weight.shape[1]), weight, bias).reshape(*x.shape[:-1], weight.shape[0])
     if isinstance(weight, Bf16Weight):
         return linear_bf16_numba(x, weight, bias)
-    if isinstance(weight, (I16Weight, Q8Weight)):
-        if x.size // weight.shape[1] > _decode_above_rows(weight):
+    if isinstance(weight, I16Weight):
+        return linear_int16_numba(x, weight, bias)
+    if isinstance(weight, Q8Weight):
+        if int8_gemm.INT8_UNIT == "avx2" and x.size // weight.shape[1] > int8_gemm.AVX2_MAX_ROWS:
             y = _decoded_linear(x.reshape(-1, weight.shape[1]), weight)
             if bias is not None:
                 y += bias
             return y.reshape(*x.shape[:-1], weight.shape[0])
-        return (linear_int16_numba if isinstance(weight, I16Weight) else linear_int8_numba)(x, weight, bias)
+        return linear_int8_numba(x, weight, bias)
     rows = x.reshape(-1, weight.shape[1])
     if VECTOR_GEMM or isinstance(weight, PackedWeight):
         y = gemm.matmul(rows, _gemm_weight(weight), bias)
@@ -185,14 +183,6 @@ def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) 
         if bias is not None:
             y += bias
     return y.reshape(*x.shape[:-1], weight.shape[0])
-
-
-def _decode_above_rows(weight: I16Weight | Q8Weight) -> float:
-    """Above this many rows of x, integer panels are decoded for BLAS: the integer tiles on AVX2 win
-    only at fewer rows."""
-    if isinstance(weight, I16Weight):
-        return int16_gemm.DECODE_ABOVE_ROWS
-    return int8_gemm.AVX2_MAX_ROWS if int8_gemm.INT8_UNIT == "avx2" else np.inf
 
 
 def _gemm_weight(weight: Weight) -> Weight:
@@ -238,22 +228,21 @@ def _chunked_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
     return y
 
 
-def _decoded_linear(rows: np.ndarray, weight: Q8Weight | I16Weight) -> np.ndarray:
+def _decoded_linear(rows: np.ndarray, weight: Q8Weight) -> np.ndarray:
     """rows [N, in] @ weight^T through BLAS, the weight's panels decoded to float32 up to _CHUNK_BYTES
     at a time."""
     n_out, n_in = weight.shape
     n_panels = weight.quants.shape[0]
-    decode = int8_gemm.decode_panels if isinstance(weight, Q8Weight) else int16_gemm.decode_panels
     panels = min(n_panels, max(1, _CHUNK_BYTES // (4 * PANEL * n_in)))
     scratch = _scratch(panels * PANEL * n_in).reshape(panels * PANEL, n_in)
     if panels == n_panels:
-        decode(weight.quants, weight.scales, 0, n_panels, scratch)
+        int8_gemm.decode_panels(weight.quants, weight.scales, 0, n_panels, scratch)
         return product(rows, scratch[:n_out].T)
     y = np.empty((rows.shape[0], n_out), np.float32)
     for first in range(0, n_panels, panels):
         last = min(first + panels, n_panels)
         start, stop = first * PANEL, min(last * PANEL, n_out)
-        decode(weight.quants, weight.scales, first, last, scratch)
+        int8_gemm.decode_panels(weight.quants, weight.scales, first, last, scratch)
         y[:, start:stop] = product(rows, scratch[:stop - start].T)
     return y
 

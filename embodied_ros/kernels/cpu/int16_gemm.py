@@ -14,6 +14,11 @@ features: per block, 16 steps of [32 features, 2 consecutive k] int16, so one 25
 8 features' pairs and `vpmaddwd` with the broadcast pair of x adds both products into each
 feature's sum. The register tile takes up to 6 rows of x by half a panel: 12 int32 sums, 2 weight
 vectors and x's pair, within AVX2's 16 registers; y, in float32, is updated once a block.
+
+Every product of such a weight runs here, whatever its rows. Decoding the panels for OpenBLAS
+above 256 rows (the vision towers) was slower in whole chunks, run by run in one process
+(benchmarks/path_pairs.py, path_pairs_*_amd_zen3): on Zen 3 GR00T small's chunk took 1.15x as long,
+released-size SmolVLA's vision tower 1.08x.
 """
 
 from __future__ import annotations
@@ -34,12 +39,6 @@ from embodied_ros.kernels.cpu.vector_ir import PANEL
 BLOCK = 32
 LEVELS = 8191  # |q| <= LEVELS on both sides: a block sums to at most 32 * 8191^2 < 2^31
 MAX_ROWS = 6
-# Above this many rows of x the panels are decoded to float32 for OpenBLAS. On two Zen 3 cores the
-# decoding path took 1.5-1.9x the int16 product's time at 50 rows, 1.15-3x at 128, 0.8-0.95x at
-# 256 and 0.77-1.2x at 512-3072 (benchmarks/int16_products.py); in a released-size SmolVLA chunk the
-# prefix (about 240 rows) ran 1.3x faster on int16 than on its BF16 weights decoded, and the vision
-# tower (3072 rows, its products alternating with OpenBLAS's attention) slower.
-DECODE_ABOVE_ROWS = 256
 DEPTH_BLOCKS = 8  # 32-blocks per pass over a panel: 8 x 2 KiB = 16 KiB, in L1
 _LANES = 8  # int32 / float32 lanes of an AVX2 vector
 # (v + _ROUNDER) - _ROUNDER rounds |v| < 2^22 to an integer, ties to even as np.round, in float32
@@ -350,19 +349,3 @@ def matmul_i16(x: np.ndarray, weight: I16Weight, bias: np.ndarray | None = None)
     else:
         _product_serial(xq, xd, weight.quants, weight.scales, padded_bias, y)
     return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])
-
-
-@jit(parallel=True)
-def decode_panels(quants, scales, first, last, out):  # pragma: no cover - compiled
-    """Panels first..last of an I16Weight as float32 rows into out [32 (last - first), in]."""
-    n_in = out.shape[1]
-    for p in numba.prange(first, last):
-        for f in range(PANEL):
-            row = PANEL * (p - first) + f
-            d = scales[PANEL * p + f]
-            for b in range(quants.shape[1]):
-                for s in range(BLOCK // 2):
-                    for j in range(2):
-                        k = BLOCK * b + 2 * s + j
-                        if k < n_in:
-                            out[row, k] = quants[p, b, s, f, j] * d
