@@ -5,10 +5,9 @@ in a new random order each round, so that each round's ratios compare runs secon
                                     [--section NAME]
 
 A SIDE is a bundle, optionally with settings of the product paths after '@', for example
-`smolvla_q8_0.gguf@int8_rows=inf`: `int8_rows` is kernels/cpu/int8_gemm.py's AVX2_MAX_ROWS (above it
-a Q8_0 weight's int8 panels are decoded for BLAS on AVX2 CPUs without AVX-VNNI), `share_rows`
-kernels/cpu/blas.py's SHARE_MIN_ROWS (from it a float32 BLAS product runs as shares on
-single-threaded BLAS instead of on BLAS's own threads); `inf` for no limit. Each side runs the record's case as `embodied-ros bench`
+`smolvla_f32.gguf@share_rows=1`: `share_rows` is kernels/cpu/blas.py's SHARE_MIN_ROWS (from it a
+float32 BLAS product runs as shares on single-threaded BLAS instead of on BLAS's own threads), `inf`
+for no limit. Each side runs the record's case as `embodied-ros bench`
 does (the family's bench cases), after two untimed runs. The first side is the baseline: each row
 gives the median over rounds of the baseline's time over that side's, per stage and for the chunk.
 On a machine whose speed moves by tens of percent within minutes, those per-round ratios hold
@@ -24,8 +23,7 @@ from pathlib import Path
 
 import common
 
-KNOBS = {"int8_rows": ("embodied_ros.kernels.cpu.int8_gemm", "AVX2_MAX_ROWS"),
-         "share_rows": ("embodied_ros.kernels.cpu.blas", "SHARE_MIN_ROWS")}
+KNOBS = {"share_rows": ("embodied_ros.kernels.cpu.blas", "SHARE_MIN_ROWS")}
 
 
 def parse_side(text: str) -> tuple[str, dict[str, int]]:

@@ -13,8 +13,7 @@
                        products (kernels/linear_int16.py), at any number of rows
   Q8Weight             Q8_0 blocks repacked for int8 dot products (`pack_for_products`, where the
                        CPU has AVX512-VNNI, AVX-VNNI or AVX2): x quantized per 32-block
-                       (kernels/linear_int8.py); on AVX2 without AVX-VNNI, products of more than
-                       AVX2_MAX_ROWS rows decode it for BLAS
+                       (kernels/linear_int8.py), at any number of rows
   float16 ndarray      decoded as packed by the vector product (elsewhere upcast on every call)
   QuantTensor          q8_0 / q4_k / bf16 blocks, dequantized inside the kernel
 x may have any leading dimensions: [..., in] -> [..., out].
@@ -38,10 +37,10 @@ import threading
 import numba
 import numpy as np
 
-from embodied_ros.kernels.cpu import gemm, int8_gemm
+from embodied_ros.kernels.cpu import gemm
 from embodied_ros.kernels.cpu.blas import product
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight, pack_bf16
-from embodied_ros.kernels.cpu.gemm import PANEL, PackedWeight, pack_weight
+from embodied_ros.kernels.cpu.gemm import PANEL, PackedWeight, pack_weight  # noqa: F401 (PANEL: for slicing)
 from embodied_ros.kernels.cpu.int16_gemm import I16Weight, pack_i16
 from embodied_ros.kernels.cpu.int8_gemm import Q8Weight, pack_q8_0
 from embodied_ros.kernels.cpu.jit import jit, vector_units_available
@@ -91,9 +90,6 @@ def _examples(rng: np.random.Generator) -> list[tuple]:
     for weight in read_only:
         (weight.data if isinstance(weight, QuantTensor) else weight).flags.writeable = False
         cases.append((rng.standard_normal((5, weight.shape[1]), dtype=np.float32), weight, None))
-    if int8_gemm.INT8_UNIT == "avx2":  # int8 panels at many rows, decoded for BLAS (with fewer, x is quantized)
-        stored = random_quant_tensor(rng, "q8_0", (40, 64))
-        cases.append((rng.standard_normal((70, 64), dtype=np.float32), pack_q8_0(stored.data, stored.shape), None))
     x_t = rng.standard_normal((96, 11), dtype=np.float32)  # x as a transposed (non-contiguous) view
     cases.append((x_t.T, rng.standard_normal((40, 96), dtype=np.float32), None))
     cases.append((x_t.T, random_quant_tensor(rng, "q8_0", (7, 96)), rng.standard_normal(7, dtype=np.float32)))
@@ -166,11 +162,6 @@ def linear_numba(x: np.ndarray, weight: Weight, bias: np.ndarray | None = None) 
     if isinstance(weight, I16Weight):
         return linear_int16_numba(x, weight, bias)
     if isinstance(weight, Q8Weight):
-        if int8_gemm.INT8_UNIT == "avx2" and x.size // weight.shape[1] > int8_gemm.AVX2_MAX_ROWS:
-            y = _decoded_linear(x.reshape(-1, weight.shape[1]), weight)
-            if bias is not None:
-                y += bias
-            return y.reshape(*x.shape[:-1], weight.shape[0])
         return linear_int8_numba(x, weight, bias)
     rows = x.reshape(-1, weight.shape[1])
     if VECTOR_GEMM or isinstance(weight, PackedWeight):
@@ -225,25 +216,6 @@ def _chunked_linear(rows: np.ndarray, weight: QuantTensor) -> np.ndarray:
         block = scratch[:stop - start]
         dequantize_rows_into(weight, start, stop, block)
         y[:, start:stop] = product(rows, block.T)
-    return y
-
-
-def _decoded_linear(rows: np.ndarray, weight: Q8Weight) -> np.ndarray:
-    """rows [N, in] @ weight^T through BLAS, the weight's panels decoded to float32 up to _CHUNK_BYTES
-    at a time."""
-    n_out, n_in = weight.shape
-    n_panels = weight.quants.shape[0]
-    panels = min(n_panels, max(1, _CHUNK_BYTES // (4 * PANEL * n_in)))
-    scratch = _scratch(panels * PANEL * n_in).reshape(panels * PANEL, n_in)
-    if panels == n_panels:
-        int8_gemm.decode_panels(weight.quants, weight.scales, 0, n_panels, scratch)
-        return product(rows, scratch[:n_out].T)
-    y = np.empty((rows.shape[0], n_out), np.float32)
-    for first in range(0, n_panels, panels):
-        last = min(first + panels, n_panels)
-        start, stop = first * PANEL, min(last * PANEL, n_out)
-        int8_gemm.decode_panels(weight.quants, weight.scales, first, last, scratch)
-        y[:, start:stop] = product(rows, scratch[:stop - start].T)
     return y
 
 

@@ -20,9 +20,11 @@ half a panel (2 vectors), its float32 sums in y itself, updated once a block. At
 50 rows a pi0.5 expert layer runs at about float32's speed, 1.8x faster than decoding Q8_0 to float32
 for each product (BENCHMARKS.md, pi05_matrix_units_avx2_only). On one Zen 3 core the tile adds 54-59
 products a ns (the instruction sequence's peak is 94, float32 FMA's 50: benchmarks/unit_peaks.py;
-OpenBLAS's float32 product 43-44), 39-48 while x was stored with the offset and flipped back per row;
-on two cores it is 0.8-1.05x OpenBLAS's at 1024-3072 rows, so above AVX2_MAX_ROWS rows the panels are
-still decoded into a float32 buffer for OpenBLAS.
+OpenBLAS's float32 product 43-44), 39-48 while x was stored with the offset and flipped back per row.
+It runs at any number of rows: timed apart from a model, two cores' products of 1024-3072 rows ran
+at 0.8-1.05x OpenBLAS's, but in whole chunks decoding the panels for OpenBLAS above 64 rows was the
+slower (released-size SmolVLA's Q8_0 prefix 0.78-0.85x F32 decoded, 1.12-1.26x on the tile;
+benchmarks/path_pairs.py, BENCHMARKS.md path_pairs_q8_0_*_amd_zen3).
 
 AVX2 CPUs with AVX-VNNI (Intel's client parts; `INT8_UNIT` "avx_vnni") have `vpdpbusd` on 256-bit
 vectors: the same tile, 6 rows by half a panel, one instruction per row and vector a step, x stored
@@ -76,7 +78,6 @@ if INT8_UNIT == "avx_vnni":
 MAX_ROWS = 4 if INT8_UNIT == "avx2" else 6
 X_OFFSET_OF = {"avx512_vnni": 128, "avx_vnni": 128, "avx2": 0}  # added to q_x as stored: vpdpbusd reads x unsigned
 X_OFFSET = X_OFFSET_OF.get(INT8_UNIT, 128)
-AVX2_MAX_ROWS = 64  # above this many rows of x, AVX2 CPUs decode the panels for OpenBLAS
 
 
 @intrinsic
@@ -396,16 +397,3 @@ def matmul_q8(x: np.ndarray, weight: Q8Weight, bias: np.ndarray | None = None) -
     else:
         _product_serial(xq, xd, weight.quants, weight.scales, weight.sums, padded_bias, y)
     return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])
-
-
-@jit(parallel=True)
-def decode_panels(quants, scales, first, last, out):  # pragma: no cover - compiled
-    """Panels first..last of a Q8Weight as float32 rows into out [32 (last - first), in]."""
-    for p in numba.prange(first, last):
-        for f in range(PANEL):  # row by row: the writes run along out's rows, the panel (in L2) is read across
-            row = PANEL * (p - first) + f
-            for b in range(quants.shape[1]):
-                d = scales[p, b, f]
-                for s in range(8):
-                    for j in range(4):
-                        out[row, BLOCK * b + 4 * s + j] = quants[p, b, s, f, j] * d
