@@ -1,15 +1,16 @@
 """Bundles, or one bundle under other product paths, timed chunk by chunk in one process, the sides
 in a new random order each round, so that each round's ratios compare runs seconds apart.
 
-    python benchmarks/path_pairs.py --record DIR SIDE [SIDE ...] [--case 0] [--rounds 12] [--threads 2]
+    python benchmarks/path_pairs.py SIDE [SIDE ...] [--record DIR] [--case 0] [--rounds 12] [--threads 2]
                                     [--section NAME]
 
 A SIDE is a bundle, optionally with settings of the product paths after '@', for example
 `smolvla_f32.gguf@share_rows=1`: `share_rows` is kernels/cpu/blas.py's SHARE_MIN_ROWS (from it a
 float32 BLAS product runs as shares on single-threaded BLAS instead of on BLAS's own threads), `inf`
-for no limit. Each side runs the record's case as `embodied-ros bench`
-does (the family's bench cases), after two untimed runs. The first side is the baseline: each row
-gives the median over rounds of the baseline's time over that side's, per stage and for the chunk.
+for no limit. Each side runs the record's case (default: each bundle's own reference record) as
+`embodied-ros bench` does (the family's bench cases), after two untimed runs. The first side is the
+baseline: each row gives the median over rounds of the baseline's time over that side's, per stage
+and for the chunk.
 On a machine whose speed moves by tens of percent within minutes, those per-round ratios hold
 where medians of runs minutes apart do not.
 """
@@ -47,7 +48,7 @@ def apply(knobs: dict[str, int], defaults: dict[str, int]) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sides", nargs="+", help="BUNDLE[@setting=N,...]; the first is the baseline")
-    parser.add_argument("--record", type=Path, required=True, help="a record folder of the bundles' family")
+    parser.add_argument("--record", type=Path, help="a record folder of the bundles' family (default: their own)")
     parser.add_argument("--case", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--threads", type=int, default=2)
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
         row["max abs action error"] = max(run["error"] for run in timed)
         rows.append(row)
     body = "\n".join([
-        f"{args.record} case {args.case}, {args.threads} threads, {args.rounds} rounds of every side in a random "
+        f"{args.record or 'the reference record of each bundle'}, case {args.case}, {args.threads} threads, {args.rounds} rounds of every side in a random "
         f"order after two untimed runs each, one process; ratios are the median over rounds of the baseline's "
         f"time (the first row) over this side's." + common.runtime_products_note(), "",
         common.markdown_table(rows)])
