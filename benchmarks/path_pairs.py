@@ -17,6 +17,7 @@ where medians of runs minutes apart do not.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import random
 import sys
@@ -39,8 +40,7 @@ def parse_side(text: str) -> tuple[str, dict[str, int]]:
 
 
 def apply(knobs: dict[str, int], defaults: dict[str, int]) -> None:
-    import importlib
-
+    """The settings of one side; the module's own value for every setting it does not name."""
     for name, (module, attribute) in KNOBS.items():
         setattr(importlib.import_module(module), attribute, knobs.get(name, defaults[name]))
 
@@ -56,14 +56,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[variable] = str(args.threads)
-    import importlib
-
     import numpy as np
 
     from embodied_ros.bundle import open_bundle
     from embodied_ros.bundle.families import family
 
-    defaults = {name: getattr(importlib.import_module(module), attribute) for name, (module, attribute) in KNOBS.items()}
+    defaults = {name: getattr(importlib.import_module(module), attribute)
+                for name, (module, attribute) in KNOBS.items()}
     cases, knobs = {}, {}
     for text in args.sides:
         path, settings = parse_side(text)
@@ -74,7 +73,8 @@ def main(argv=None) -> int:
     runs = {side: [] for side in args.sides}
     for side, (path, settings) in knobs.items():
         apply(settings, defaults)
-        cases[path].run(), cases[path].run()
+        for _ in range(2):
+            cases[path].run()
     for _ in range(args.rounds):
         for side in random.sample(args.sides, len(args.sides)):
             path, settings = knobs[side]
@@ -88,20 +88,22 @@ def main(argv=None) -> int:
     rows = []
     for side, timed in runs.items():
         row = {"side": f"`{Path(knobs[side][0]).name}{side[len(knobs[side][0]):]}`"}
+        ratios = {}
         for stage in stages:
             own = np.array([run[stage] for run in timed])
-            ratio = np.array([run[stage] for run in runs[baseline]]) / own
+            ratios[stage] = np.array([run[stage] for run in runs[baseline]]) / own
             row[f"{stage} ms"] = float(np.median(own))
-            row[f"{stage}: baseline / this"] = float(np.median(ratio))
-        ratio = np.array([run["chunk"] for run in runs[baseline]]) / np.array([run["chunk"] for run in timed])
+            row[f"{stage}: baseline / this"] = float(np.median(ratios[stage]))
+        ratio = ratios["chunk"]
         first = side == baseline
         row["chunk ratio quartiles"] = "" if first else f"{np.percentile(ratio, 25):.3f}-{np.percentile(ratio, 75):.3f}"
         row["rounds this is faster"] = "" if first else f"{int((ratio > 1).sum())}/{len(ratio)}"
         row["max abs action error"] = max(run["error"] for run in timed)
         rows.append(row)
     body = "\n".join([
-        f"{args.record or 'the reference record of each bundle'}, case {args.case}, {args.threads} threads, {args.rounds} rounds of every side in a random "
-        f"order after two untimed runs each, one process; ratios are the median over rounds of the baseline's "
+        f"{args.record or 'the reference record of each bundle'}, case {args.case}, {args.threads} threads, "
+        f"{args.rounds} rounds of every side in a random order after two untimed runs each, one process; "
+        f"ratios are the median over rounds of the baseline's "
         f"time (the first row) over this side's." + common.runtime_products_note(), "",
         common.markdown_table(rows)])
     print(body)

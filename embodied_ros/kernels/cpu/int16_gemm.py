@@ -179,6 +179,13 @@ def _tiles(n_rows):  # pragma: no cover - compiled
 
 
 @jit(inline="always")
+def _x_tile_start(b0, n_rows, n_blocks, row):  # pragma: no cover - compiled
+    """Where in xq (int16 elements) the row tile starting at `row` holds its blocks b0..b0 + DEPTH_BLOCKS
+    (`_quantize_row`'s layout)."""
+    return (b0 * n_rows + row * min(DEPTH_BLOCKS, n_blocks - b0)) * BLOCK
+
+
+@jit(inline="always")
 def _panels(xq, xd, wq, ws, bias, y, first, last):  # pragma: no cover - compiled
     """Panels first..last of y = bias + d_w * (x @ W^T). xq: x's tiles (`_quantize_row`), xd [N, B]
     float32, wq [P, B, 16, 32, 2] int16, ws / bias [32 P], y [N, 32 P]."""
@@ -193,7 +200,7 @@ def _panels(xq, xd, wq, ws, bias, y, first, last):  # pragma: no cover - compile
             row = 0
             for t in range(tiles):
                 rows = base + 1 if t < extra else base
-                _tile_rows(rows, xq.ctypes.data + (b0 * n_rows + row * (b1 - b0)) * BLOCK * 2,
+                _tile_rows(rows, xq.ctypes.data + _x_tile_start(b0, n_rows, n_blocks, row) * 2,
                            xd.ctypes.data + (row * ldd + b0) * 4, ldd, wq[p, b0:].ctypes.data,
                            y.ctypes.data + (row * ldc + PANEL * p) * 4, ldc, b1 - b0)
                 row += rows
@@ -244,7 +251,7 @@ def _quantize_row(x, xq, xd, r, scratch):  # pragma: no cover - compiled
         for i in range(count, BLOCK):
             scratch[i] = 0
         group = b - b % DEPTH_BLOCKS
-        out = (group * n_rows + row0 * min(DEPTH_BLOCKS, n_blocks - group) + (b - group) * rows + local) * BLOCK
+        out = _x_tile_start(group, n_rows, n_blocks, row0) + ((b - group) * rows + local) * BLOCK
         for i in range(BLOCK):
             xq[out + i] = scratch[i]
 
