@@ -1,6 +1,6 @@
 """Run every cuda op through the real launcher, in numba's CUDA simulator, against its numpy reference.
 
-Run by test_cuda_simulator.py as `NUMBA_ENABLE_CUDASIM=1 python cuda_sim_check.py`, with
+Run by test_cuda_simulator.py (`main`, in shards) with NUMBA_ENABLE_CUDASIM=1, with
 EMBODIED_ROS_CUDA_CACHE pointing at precompiled PTX. Prints one JSON line per check:
 {"op", "case", "ok", "max_abs_err", "error"}. Shapes are tiny (the simulator runs each GPU thread as
 a Python thread) but reach every branch: several blocks and tiles, shared and per-row modulation,
@@ -210,10 +210,15 @@ DEVICE_CASES = {"2x7", "3-d, F=17", "3-d 2x3x41", "3-d, F=5", "3x50, wide range"
                 "transposed input view, float16 weight"}
 
 
-def main() -> None:
-    for op, name, args in cases():
+def main(shard: int = 0, shards: int = 1) -> None:
+    """The cases whose index is `shard` modulo `shards` (the simulator is bound to one core: the test
+    runs the shards in processes side by side); shard 0 also the chain and the second thread."""
+    for index, (op, name, args) in enumerate(cases()):
+        if index % shards != shard:
+            continue
         check(op, name, host_run(op, name, args))
         if name in DEVICE_CASES:
             check(op, f"{name} (device tensors)", device_run(op, args))
-    chain_check()
-    other_thread_check()
+    if shard == 0:
+        chain_check()
+        other_thread_check()

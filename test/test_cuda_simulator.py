@@ -1,7 +1,8 @@
 """Every cuda op, run through the real launcher in numba's CUDA simulator, against its numpy reference.
 
-The simulator must be switched on before numba.cuda is imported, so one subprocess runs all checks
-(cuda_sim_check.py, then benchmarks/gpu_check.py at tiny sizes) with PTX compiled here beforehand.
+The simulator must be switched on before numba.cuda is imported, so subprocesses run the checks
+(cuda_sim_check.py, then benchmarks/gpu_check.py at tiny sizes) with PTX compiled here beforehand:
+one per share of the cases, side by side, as the simulator keeps each to one core.
 """
 
 from __future__ import annotations
@@ -28,23 +29,38 @@ _spec.loader.exec_module(gpu_check)
 
 CUDA_OPS = sorted(op for op in registry.ops() if "cuda" in registry.implementations(op))
 GPU_CHECK_ARGS = ["--tiny", "--repeats", "2", "--host-repeats", "1", "--only", "rope", "--sections", "kernel_set"]
+SHARDS = max(1, min(4, len(os.sched_getaffinity(0))))
 _RUNNER = f"""
 import sys
 sys.path[:0] = [{str(TEST_DIR)!r}, {str(REPO / 'benchmarks')!r}]
 import cuda_sim_check, gpu_check
-cuda_sim_check.main()
-print("GPU_CHECK_EXIT", gpu_check.main({GPU_CHECK_ARGS!r}))
+shard = int(sys.argv[1])
+cuda_sim_check.main(shard, {SHARDS})
+print("GPU_CHECK_EXIT", gpu_check.main({GPU_CHECK_ARGS!r}) if shard == {SHARDS} - 1 else "skipped")
 """
 
 
 @pytest.fixture(scope="module")
-def simulated():
+def simulated(tmp_path_factory):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", EMBODIED_ROS_CUDA_CACHE=str(compiled_cache()))
-    result = subprocess.run([sys.executable, "-c", _RUNNER], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert "GPU_CHECK_EXIT" in result.stdout, f"simulator run died:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    lines = result.stdout.splitlines()
-    checks = [json.loads(line) for line in lines if line.startswith('{"op"')]
+    folder = tmp_path_factory.mktemp("simulator")
+    logs = [(folder / f"{shard}.out", folder / f"{shard}.err") for shard in range(SHARDS)]
+    runs = []
+    for shard, (out, err) in enumerate(logs):
+        with out.open("w") as stdout, err.open("w") as stderr:
+            runs.append(subprocess.Popen([sys.executable, "-c", _RUNNER, str(shard)], cwd=REPO, env=env,
+                                         stdout=stdout, stderr=stderr))
+    try:
+        for run in runs:
+            run.wait(timeout=600)
+    finally:
+        for run in runs:
+            run.kill()  # a shard still running after another failed; nothing for ended ones
+    outputs = [(out.read_text(), err.read_text()) for out, err in logs]
+    for stdout, stderr in outputs:
+        assert "GPU_CHECK_EXIT" in stdout, f"simulator run died:\n{stdout[-3000:]}\n{stderr[-5000:]}"
+    checks = [json.loads(line) for stdout, _ in outputs for line in stdout.splitlines() if line.startswith('{"op"')]
+    lines = outputs[-1][0].splitlines()
     end = next(i for i, line in enumerate(lines) if line.startswith("GPU_CHECK_EXIT"))
     report = json.loads("\n".join(lines[lines.index("{"):end]))  # gpu_check prints one indented document
     return checks, report, int(lines[end].split()[1])
