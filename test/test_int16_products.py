@@ -106,7 +106,7 @@ def test_the_avx_vnni_tile_compiles_to_vpdpwssd():
     assembly = {}
     for unit in ("avx_vnni", "avx2"):
         module = ir.Module(unit)
-        function = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(64)] * 7), "tile")
+        function = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(64)] * 11), "tile")
         builder = ir.IRBuilder(function.append_basic_block())
         emit_tile(builder, unit, 6, *function.args)
         builder.ret_void()
@@ -120,14 +120,15 @@ def test_the_avx_vnni_tile_compiles_to_vpdpwssd():
 
 
 @pytest.mark.parametrize("unit", ["avx_vnni", "avx2"])
-@pytest.mark.parametrize("rows", [1, 5, 6])
-def test_the_tiles_compute_the_product(unit, rows):
+@pytest.mark.parametrize("rows,first,last", [(1, 0, 0), (5, 1, 1), (6, 0, 0), (6, 1, 0), (6, 0, 1)])
+def test_the_tiles_compute_the_product(unit, rows, first, last):
     """The tile as emitted for `unit`, run here (AVX-VNNI's `vpdpwssd` by its definition in IR where this
     CPU lacks it): y += each block's d_x * sum(q_x * q_w), x read block by block as `_quantize_row`
-    lays out a tile's rows, against the same sums in numpy; full-scale integers do not overflow."""
+    lays out a tile's rows, against the same sums in numpy; full-scale integers do not overflow. The
+    first pass over a panel starts y at zero, the last scales it by d_w and adds the bias."""
     if not (FEATURES.get("avx2") and FEATURES.get("fma")):
         pytest.skip("the tile's other instructions are AVX2 and FMA, which this CPU lacks")
-    tile, replaced = compile_tile(lambda builder, args: emit_tile(builder, unit, rows, *args), [ir.IntType(64)] * 7)
+    tile, replaced = compile_tile(lambda builder, args: emit_tile(builder, unit, rows, *args), [ir.IntType(64)] * 11)
     assert replaced == ({"vpdpwssd"} if unit == "avx_vnni" else set())
     rng = np.random.default_rng(rows)
     values = rng.standard_normal((int16_gemm.PANEL, 96)).astype(np.float32)
@@ -140,10 +141,14 @@ def test_the_tiles_compute_the_product(unit, rows):
     wq = np.ascontiguousarray(weight.quants[0])
     y = rng.standard_normal((rows, int16_gemm.PANEL + 3)).astype(np.float32)
     start = y.copy()
-    tile(xq.ctypes.data, d_x.ctypes.data, d_x.strides[0] // 4, wq.ctypes.data, y.ctypes.data, y.strides[0] // 4, 3)
+    bias = rng.standard_normal(int16_gemm.PANEL).astype(np.float32)
+    tile(xq.ctypes.data, d_x.ctypes.data, d_x.strides[0] // 4, wq.ctypes.data, weight.scales.ctypes.data,
+         bias.ctypes.data, y.ctypes.data, y.strides[0] // 4, 3, first, last)
     sums = np.einsum("rbi,fbi->rfb", q_x.reshape(rows, 3, 32).astype(np.int64),
                      weight.integers().reshape(-1, 3, 32).astype(np.int64))
     assert sums[:, 0, 1].max() == 32 * LEVELS ** 2
-    expected = start[:, :int16_gemm.PANEL] + np.einsum("rfb,rb->rf", sums, d_x)
+    expected = (0 if first else start[:, :int16_gemm.PANEL]) + np.einsum("rfb,rb->rf", sums, d_x)
+    if last:
+        expected = expected * weight.scales + bias
     np.testing.assert_allclose(y[:, :int16_gemm.PANEL], expected, rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(y[:, int16_gemm.PANEL:], start[:, int16_gemm.PANEL:])
