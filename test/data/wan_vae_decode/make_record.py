@@ -1,7 +1,7 @@
 """Decoder record of the Wan2.2 VAE in test/data/lingbot_va_tiny: diffusers `AutoencoderKLWan.decode`
 (0.42.1, float32, CPU) of latents taken from that record, per camera.
 
-    /tmp/ref_venv/bin/python test/data/wan_vae_decode/make_record.py   (from the repository root)
+    $EMBODIED_ROS_REF_PYTHON test/data/wan_vae_decode/make_record.py   (from the repository root; reference/install.sh)
 
 Writes cases.npz next to this file: `case{k}_latents` (48, T, h, w) raw latents (= normalized
 latents * latents_std + latents_mean, float32) and `case{k}_frames` (3, 1 + 4 (T - 1), 16h, 16w) the
