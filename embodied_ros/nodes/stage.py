@@ -216,13 +216,13 @@ class StageNode(GraphNode):
         if not (fresh or self.runs_on_unchanged_input):
             return  # nothing new upstream since the last run
         now_ns = self.now_ns()
+        problem = self._input_problem(self._newest_inputs(), now_ns)
+        if problem:  # no wait for the turn on input that cannot be used, and no run to space the next from:
+            self._skip(0, now_ns, problem, error=False)  # the input it lacks may come at once
+            return
         self.trigger.ran(now_ns)
         if self._timer is not None:
             self._timer.reset()  # the timer counts from this run
-        problem = self._input_problem(self._newest_inputs(), now_ns)
-        if problem:  # no wait for the turn on input that cannot be used
-            self._skip(0, now_ns, problem, error=False)
-            return
         self._in_turn(self._run_newest, fresh=fresh)
 
     def _run_newest(self) -> bool:
