@@ -53,7 +53,6 @@ _NO_FLOATS = np.zeros((0, 0), np.float32)
 _NO_PANELS = np.zeros((0, 0, PANEL), np.float32)
 _NO_BIAS = np.zeros(0, np.float32)
 _NO_BIAS.flags.writeable = False  # as a bundle's biases are: the products compile for read-only ones
-_NO_TABLE = np.zeros(0, np.float32)  # the f16 table, for products that decode nothing
 ZERO_BIAS = np.zeros(PANEL, np.float32)
 _local = threading.local()
 
@@ -235,7 +234,7 @@ def _worker(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, first_panel, l
                     _panel_rows(x, r0, r1, k0, k1, panel, y, p * PANEL, bias, scratch)
 
 
-@jit(inline="always")
+@jit()  # not inlined: its three callers share one compiled body (each inlined copy took ~20 s to compile)
 def _product(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, packed, bias_addr, y_addr, ldy,
              f16_to_f32, first_panel, last_panel, block, decoded, scratch):  # pragma: no cover - compiled
     x, y = floats_at(x_addr, n_rows, lda, depth), floats_at(y_addr, n_rows, ldy, n_out)
@@ -264,18 +263,19 @@ def _product_parallel(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out,
 def _product_serial(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, packed, bias_addr, y_addr, ldy,
                     f16_to_f32, blocks, decoded, scratch):  # pragma: no cover - compiled
     _product(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, packed, bias_addr, y_addr, ldy, f16_to_f32,
-             0, (n_out + PANEL - 1) // PANEL, blocks[0], decoded[0], scratch[0])
+             np.int64(0), (n_out + PANEL - 1) // PANEL, blocks[0], decoded[0], scratch[0])
 
 
 @jit()
-def _packed_product_serial(x, panels, bias, y, blocks, decoded, scratch):  # pragma: no cover - compiled
+def _packed_product_serial(x, panels, bias, y, f16_to_f32, blocks, decoded, scratch):  # pragma: no cover - compiled
     """_product_serial for a weight packed once and a C-contiguous x, taking the arrays: their
     addresses are read here, where Python's `.ctypes.data` reads of three arrays cost more than a
     small product itself. bias: [out] read-only, or empty for none."""
-    n_out = y.shape[1]
-    _product(x.ctypes.data, x.shape[0], x.shape[1], x.shape[1], 0, 0, 0, n_out, panels,
-             bias.ctypes.data if bias.shape[0] else 0, y.ctypes.data, n_out, _NO_TABLE, 0, (n_out + PANEL - 1) // PANEL,
-             blocks[0], decoded[0], scratch[0])
+    n_out, none = y.shape[1], np.int64(0)
+    bias_addr = np.int64(bias.ctypes.data) if bias.shape[0] else none
+    _product(np.int64(x.ctypes.data), x.shape[0], x.shape[1], x.shape[1], none, none, none, n_out, panels, bias_addr,
+             np.int64(y.ctypes.data), n_out, f16_to_f32, none, (n_out + PANEL - 1) // PANEL, blocks[0], decoded[0],
+             scratch[0])
 
 
 @dataclass(frozen=True, eq=False)
@@ -331,7 +331,7 @@ def matmul(x: np.ndarray, weight, bias: np.ndarray | None = None) -> np.ndarray:
     n_out, n_in = weight.shape
     if type(weight) is PackedWeight and _plain_rows(x) and 0 < x.shape[0] * n_in * n_out < PARALLEL_MIN_MACS:
         y = np.empty((x.shape[0], n_out), np.float32)
-        _packed_product_serial(x, weight.panels, _read_only_bias(bias), y, *_buffers(1))
+        _packed_product_serial(x, weight.panels, _read_only_bias(bias), y, F16_TO_F32, *_buffers(1))
         return y
     x = _rows_view(x)
     y = np.empty((x.shape[0], n_out), np.float32)
