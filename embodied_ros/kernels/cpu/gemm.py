@@ -234,7 +234,9 @@ def _worker(x, kind, w_f32, w_bytes, f16_to_f32, packed, bias, y, first_panel, l
                     _panel_rows(x, r0, r1, k0, k1, panel, y, p * PANEL, bias, scratch)
 
 
-@jit()  # not inlined: its three callers share one compiled body (each inlined copy took ~20 s to compile)
+# Not inlined: its three callers share one compiled body (each inlined copy took ~20 s to compile), as
+# long as they pass the same types: int64 addresses, kinds and panel numbers, never literals.
+@jit()
 def _product(x_addr, n_rows, depth, lda, kind, w_addr, w_stride, n_out, packed, bias_addr, y_addr, ldy,
              f16_to_f32, first_panel, last_panel, block, decoded, scratch):  # pragma: no cover - compiled
     x, y = floats_at(x_addr, n_rows, lda, depth), floats_at(y_addr, n_rows, ldy, n_out)
