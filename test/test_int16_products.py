@@ -65,10 +65,12 @@ def test_bf16_weights_pack_from_their_bits_without_a_float32_copy(monkeypatch):
 
 def test_blocks_at_full_scale_do_not_overflow():
     # every product at LEVELS^2, all of one sign: a block's int32 sum at its largest
-    x = np.full((7, 96), 3.0, np.float32)
-    weight = pack_i16(np.full((33, 96), -2.0, np.float32))
-    np.testing.assert_allclose(linear_int16_numba(x, weight), np.full((7, 33), -576.0, np.float32), rtol=1e-6)
-    np.testing.assert_allclose(linear_int16(x, weight), np.full((7, 33), -576.0, np.float32), rtol=1e-6)
+    n_in = 2 * int16_gemm.BLOCK
+    x = np.full((7, n_in), 3.0, np.float32)
+    weight = pack_i16(np.full((33, n_in), -2.0, np.float32))
+    expected = np.full((7, 33), -6.0 * n_in, np.float32)
+    np.testing.assert_allclose(linear_int16_numba(x, weight), expected, rtol=1e-6)
+    np.testing.assert_allclose(linear_int16(x, weight), expected, rtol=1e-6)
 
 
 def test_int16_error_is_below_bf16_rounding():
@@ -106,7 +108,7 @@ def test_the_avx_vnni_tile_compiles_to_vpdpwssd():
     assembly = {}
     for unit in ("avx_vnni", "avx2"):
         module = ir.Module(unit)
-        function = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(64)] * 11), "tile")
+        function = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(64)] * 12), "tile")
         builder = ir.IRBuilder(function.append_basic_block())
         emit_tile(builder, unit, 6, *function.args)
         builder.ret_void()
@@ -120,33 +122,40 @@ def test_the_avx_vnni_tile_compiles_to_vpdpwssd():
 
 
 @pytest.mark.parametrize("unit", ["avx_vnni", "avx2"])
-@pytest.mark.parametrize("rows,first,last", [(1, 0, 0), (5, 1, 1), (6, 0, 0), (6, 1, 0), (6, 0, 1)])
-def test_the_tiles_compute_the_product(unit, rows, first, last):
+@pytest.mark.parametrize("rows,first,last,tail_steps", [(1, 0, 0, None), (5, 1, 1, 20), (6, 0, 0, None),
+                                                         (6, 1, 0, 1), (6, 0, 1, None)])
+def test_the_tiles_compute_the_product(unit, rows, first, last, tail_steps):
     """The tile as emitted for `unit`, run here (AVX-VNNI's `vpdpwssd` by its definition in IR where this
     CPU lacks it): y += each block's d_x * sum(q_x * q_w), x read block by block as `_quantize_row`
     lays out a tile's rows, against the same sums in numpy; full-scale integers do not overflow. The
-    first pass over a panel starts y at zero, the last scales it by d_w and adds the bias."""
+    first pass over a panel starts y at zero, the last scales it by d_w and adds the bias; the last
+    block reads only its first `tail_steps` pairs of k (all of them if None)."""
     if not (FEATURES.get("avx2") and FEATURES.get("fma")):
         pytest.skip("the tile's other instructions are AVX2 and FMA, which this CPU lacks")
-    tile, replaced = compile_tile(lambda builder, args: emit_tile(builder, unit, rows, *args), [ir.IntType(64)] * 11)
+    tile, replaced = compile_tile(lambda builder, args: emit_tile(builder, unit, rows, *args), [ir.IntType(64)] * 12)
     assert replaced == ({"vpdpwssd"} if unit == "avx_vnni" else set())
     rng = np.random.default_rng(rows)
-    values = rng.standard_normal((int16_gemm.PANEL, 96)).astype(np.float32)
-    values[:, 32:64] = np.where(values[:, 32:64] > 0, 10.0, -10.0)  # one block of w at +-LEVELS
+    block, n_in = int16_gemm.BLOCK, 3 * int16_gemm.BLOCK
+    tail_steps = block // 2 if tail_steps is None else tail_steps
+    full = slice(block, 2 * block)  # the second block of w at +-LEVELS, and of x against feature 0's:
+    values = rng.standard_normal((int16_gemm.PANEL, n_in)).astype(np.float32)
+    values[:, full] = np.where(values[:, full] > 0, 10.0, -10.0)
     weight = pack_i16(values)
-    x = rng.standard_normal((rows, 96)).astype(np.float32)
-    x[:, 32:64] = np.where(values[0, 32:64] > 0, 3.0, -3.0)  # and of x: 32 * LEVELS^2 in feature 0's sum
+    x = rng.standard_normal((rows, n_in)).astype(np.float32)
+    x[:, full] = np.where(values[0, full] > 0, 3.0, -3.0)  # BLOCK * LEVELS^2 in feature 0's sum
     q_x, d_x = int16_gemm.quantize_activations(x)
-    xq = np.ascontiguousarray(q_x.reshape(rows, 3, 32).transpose(1, 0, 2))  # [blocks, rows, 32]
+    xq = np.ascontiguousarray(q_x.reshape(rows, 3, block).transpose(1, 0, 2))  # [blocks, rows, BLOCK]
     wq = np.ascontiguousarray(weight.quants[0])
     y = rng.standard_normal((rows, int16_gemm.PANEL + 3)).astype(np.float32)
     start = y.copy()
     bias = rng.standard_normal(int16_gemm.PANEL).astype(np.float32)
     tile(xq.ctypes.data, d_x.ctypes.data, d_x.strides[0] // 4, wq.ctypes.data, weight.scales.ctypes.data,
-         bias.ctypes.data, y.ctypes.data, y.strides[0] // 4, 3, first, last)
-    sums = np.einsum("rbi,fbi->rfb", q_x.reshape(rows, 3, 32).astype(np.int64),
-                     weight.integers().reshape(-1, 3, 32).astype(np.int64))
-    assert sums[:, 0, 1].max() == 32 * LEVELS ** 2
+         bias.ctypes.data, y.ctypes.data, y.strides[0] // 4, 3, tail_steps, first, last)
+    read = q_x.reshape(rows, 3, block).astype(np.int64)
+    read[:, 2, 2 * tail_steps:] = 0
+    sums = np.einsum("rbi,fbi->rfb", read,
+                     weight.integers().reshape(-1, 3, block).astype(np.int64))
+    assert sums[:, 0, 1].max() == block * LEVELS ** 2 < 2 ** 31
     expected = (0 if first else start[:, :int16_gemm.PANEL]) + np.einsum("rfb,rb->rf", sums, d_x)
     if last:
         expected = expected * weight.scales + bias

@@ -15,6 +15,7 @@ from embodied_ros.kernels import KernelSet
 from embodied_ros.kernels import linear as linear_module
 from embodied_ros.kernels.cpu.bf16_gemm import Bf16Weight
 from embodied_ros.kernels.cpu.gemm import PackedWeight
+from embodied_ros.kernels.cpu import int16_gemm
 from embodied_ros.kernels.cpu.int16_gemm import I16Weight
 from embodied_ros.kernels.cpu.int8_gemm import Q8Weight
 from embodied_ros.kernels.quant import QuantTensor
@@ -118,8 +119,8 @@ def test_sixteen_bit_weights_stay_sixteen_bit_when_prepared(tmp_path, monkeypatc
         stored = bundle.tensor_info(name).nbytes
         if isinstance(weight, (PackedWeight, Bf16Weight)):
             resident = weight.panels.nbytes
-        elif isinstance(weight, I16Weight):
-            resident = weight.quants.nbytes  # + a float32 scale per output feature
+        elif isinstance(weight, I16Weight):  # + a float32 scale per output feature; k padded to whole blocks
+            resident = weight.quants.nbytes * 64 / (weight.quants.shape[1] * int16_gemm.BLOCK)
         else:
             resident = weight.nbytes
         per_block = 40 / 34 if name.endswith("q8_0.weight") else 1  # int8 panels: 32 q + scale + sum per block

@@ -9,7 +9,7 @@
                        weights where the CPU has AVX512-BF16): bf16 products, float32 sums
                        (kernels/linear_bf16.py)
   I16Weight            BF16 weights requantized to int16 per output feature (`pack_for_products`,
-                       where the CPU has AVX2 and no AVX-512): x quantized per 32-block, int16
+                       where the CPU has AVX2 and no AVX-512): x quantized per 128-block, int16
                        products (kernels/linear_int16.py), at any number of rows
   Q8Weight             Q8_0 blocks repacked for int8 dot products (`pack_for_products`, where the
                        CPU has AVX512-VNNI, AVX-VNNI or AVX2): x quantized per 32-block

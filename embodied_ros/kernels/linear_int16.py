@@ -1,6 +1,6 @@
 """Linear layers with int16 products for 16-bit weights on AVX2 CPUs: y = x @ W^T + b, W an `I16Weight`.
 
-W is quantized per output feature and x per 32-wide block, both to 14 bits of magnitude
+W is quantized per output feature and x per 128-wide block, both to 13 bits of magnitude
 (kernels/cpu/int16_gemm.py); each block's integer sum is exact, scaled by d_x, and y by d_w. The
 reference quantizes x the same way and sums in float64. The numba kernel runs on AVX-VNNI's
 `vpdpwssd` or AVX2's `vpmaddwd` (`INT16_UNIT`), else the reference. `pack_for_products` makes
@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from embodied_ros.kernels.cpu.int16_gemm import (INT16_UNIT, I16Weight, matmul_i16, pack_i16,  # noqa: F401
+from embodied_ros.kernels.cpu.int16_gemm import (BLOCK, INT16_UNIT, I16Weight, matmul_i16, pack_i16,  # noqa: F401
                                               quantize_activations)
 from embodied_ros.kernels.registry import kernel, reference
 
@@ -44,8 +44,8 @@ def linear_int16(x: np.ndarray, weight: I16Weight, bias: np.ndarray | None = Non
     q_x, d_x = quantize_activations(rows)
     q_w = np.zeros((n_out, q_x.shape[1]), np.int64)
     q_w[:, :n_in] = weight.integers()
-    blocks = np.einsum("nbi,obi->nob", q_x.reshape(rows.shape[0], -1, 32).astype(np.int64),
-                       q_w.reshape(n_out, -1, 32))  # exact integer sums per block
+    blocks = np.einsum("nbi,obi->nob", q_x.reshape(rows.shape[0], -1, BLOCK).astype(np.int64),
+                       q_w.reshape(n_out, -1, BLOCK))  # exact integer sums per block
     y = np.einsum("nob,nb->no", blocks.astype(np.float64), d_x.astype(np.float64))
     y *= weight.scales[:n_out].astype(np.float64)
     if bias is not None:

@@ -3,19 +3,25 @@ without AVX-512.
 
 Such CPUs multiply float32 at 8 lanes per FMA, and `vpmaddwd` adds two int16 products into each of
 8 int32 lanes per instruction: on a Zen 3 core the pair (with the `vpaddd` that sums it) adds 1.55x
-as many products a cycle as FMA does (BENCHMARKS.md, unit_peaks_amd_zen3). Integers with 14 bits
+as many products a cycle as FMA does (BENCHMARKS.md, unit_peaks_amd_zen3). Integers with 13 bits
 of magnitude lose less than bfloat16 does: W is quantized per output feature (d_w = max|w| / LEVELS,
-q_w = round(w / d_w)), x per 32-wide block (d_x likewise per block), so an outlier costs only its
-block, and a block's 32 products of at most LEVELS^2 sum exactly in int32. Each block's sum is
+q_w = round(w / d_w)), x per 128-wide block (d_x likewise per block), so an outlier costs only its
+block, and a block's 128 products of at most LEVELS^2 sum exactly in int32. Each block's sum is
 scaled by d_x into y in float32; the first pass over a panel starts y at zero and the last scales it
 by d_w and adds the bias, each on the tile it has in cache (as sweeps over all of y before and after
-the passes, products on two Zen 3 cores took 1-8% longer, side by side).
+the passes, products on two Zen 3 cores took 1-8% longer, side by side). Blocks of 128 at 4095
+levels rather than 32 at 8191 update y a quarter as often: on Zen 3 released-size SmolVLA's BF16
+chunk ran 1.1-1.2x as fast (`int16_blocks_amd_zen3`), and the error of a product of random
+matrices, relative to its largest output, went from 1.6e-4 to 3.5e-4, still a fraction of bf16's
+rounding (test_int16_products.py).
 
 The weight is packed once (`I16Weight`, 2 bytes a weight as bf16) into panels of 32 output
-features: per block, 16 steps of [32 features, 2 consecutive k] int16, so one 256-bit vector holds
+features: per block, 64 steps of [32 features, 2 consecutive k] int16, so one 256-bit vector holds
 8 features' pairs and `vpmaddwd` with the broadcast pair of x adds both products into each
 feature's sum. The register tile takes up to 6 rows of x by half a panel: 12 int32 sums, 2 weight
-vectors and x's pair, within AVX2's 16 registers; y, in float32, is updated once a block.
+vectors and x's pair, within AVX2's 16 registers; y, in float32, is updated once a block. The last
+block of k stops after its last pair of real features (720 = 5 x 128 + 80: the expert's products
+would spend 6% of their steps on zeros).
 
 Every product of such a weight runs here, whatever its rows. Decoding the panels for OpenBLAS
 above 256 rows (the vision towers) was slower in whole chunks, run by run in one process
@@ -38,10 +44,10 @@ from numba.extending import intrinsic
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 
-BLOCK = 32
-LEVELS = 8191  # |q| <= LEVELS on both sides: a block sums to at most 32 * 8191^2 < 2^31
+BLOCK = 128
+LEVELS = 4095  # |q| <= LEVELS on both sides: a block sums to at most 128 * 4095^2 < 2^31
 MAX_ROWS = 6
-DEPTH_BLOCKS = 8  # 32-blocks per pass over a panel: 8 x 2 KiB = 16 KiB, in L1
+DEPTH_BLOCKS = 2  # blocks per pass over a panel: 2 x 8 KiB = 16 KiB, in L1
 _LANES = 8  # int32 / float32 lanes of an AVX2 vector
 # (v + _ROUNDER) - _ROUNDER rounds |v| < 2^22 to an integer, ties to even as np.round, in float32
 # arithmetic LLVM vectorizes: numba turns np.round to an integer into a scalar conversion per element
@@ -63,7 +69,7 @@ def int16_unit() -> str | None:
 
 
 def emit_tile(builder: ir.IRBuilder, unit: str, n_rows: int, xq_addr, xd_addr, ldd, wq_addr, ws_addr, bias_addr,
-              c_addr, ldc, blocks, first, last) -> None:
+              c_addr, ldc, blocks, tail_steps, first, last) -> None:
     """tile_i16's LLVM IR for `unit` ("avx2" or "avx_vnni"); the arguments are i64 values."""
     f32, i8, i16, i32, i64 = ir.FloatType(), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
     floats, ints, shorts = ir.VectorType(f32, _LANES), ir.VectorType(i32, _LANES), ir.VectorType(i16, 2 * _LANES)
@@ -122,7 +128,8 @@ def emit_tile(builder: ir.IRBuilder, unit: str, n_rows: int, xq_addr, xd_addr, l
             x_block = builder.mul(b, ir.Constant(i64, 2 * BLOCK * n_rows))
             for total in sums.values():
                 builder.store(zero, total)
-            with cgutils.for_range(builder, ir.Constant(i64, BLOCK // 2)) as steps:
+            is_tail = builder.icmp_unsigned("==", b, builder.sub(blocks, ir.Constant(i64, 1)))
+            with cgutils.for_range(builder, builder.select(is_tail, tail_steps, ir.Constant(i64, BLOCK // 2))) as steps:
                 w_step = builder.add(w_block, builder.mul(steps.index, ir.Constant(i64, _STEP_BYTES)))
                 x_step = builder.add(x_block, builder.mul(steps.index, ir.Constant(i64, 4)))
                 w = {v: load(wq, builder.add(w_step, ir.Constant(i64, 32 * v)), ints) for v in half}
@@ -152,18 +159,19 @@ if INT16_UNIT == "avx_vnni":
 
 
 @intrinsic
-def tile_i16(typingctx, rows, xq_addr, xd_addr, ldd, wq_addr, ws_addr, bias_addr, c_addr, ldc, blocks, first, last):
-    """y[rows, 32] += sum over `blocks` 32-blocks of d_x * sum(q_x * q_w); y set to zero before if
-    `first`, to y * d_w + bias after if `last`.
+def tile_i16(typingctx, rows, xq_addr, xd_addr, ldd, wq_addr, ws_addr, bias_addr, c_addr, ldc, blocks, tail_steps,
+             first, last):
+    """y[rows, 32] += sum over `blocks` blocks of d_x * sum(q_x * q_w), the last block's over its first
+    `tail_steps` pairs of k only; y set to zero before if `first`, to y * d_w + bias after if `last`.
 
-    xq: the tile's int16 rows block by block, [blocks, rows, 32]; xd: float32 block scales at
-    xd_addr + r * ldd (elements); wq: the panel's blocks [blocks, 16, 32, 2] int16; y: float32 rows at
-    c_addr + r * ldc elements; ws, bias: the panel's 32 float32 d_w and biases.
+    xq: the tile's int16 rows block by block, [blocks, rows, BLOCK]; xd: float32 block scales at
+    xd_addr + r * ldd (elements); wq: the panel's blocks [blocks, BLOCK / 2, 32, 2] int16; y: float32
+    rows at c_addr + r * ldc elements; ws, bias: the panel's 32 float32 d_w and biases.
     """
     if not isinstance(rows, types.IntegerLiteral):
         return None
     signature = types.void(rows, types.uintp, types.uintp, types.intp, types.uintp, types.uintp, types.uintp,
-                           types.uintp, types.intp, types.intp, types.intp, types.intp)
+                           types.uintp, types.intp, types.intp, types.intp, types.intp, types.intp)
 
     def codegen(context, builder, sig, args):
         emit_tile(builder, INT16_UNIT or "avx2", rows.literal_value, *args[1:])
@@ -173,19 +181,19 @@ def tile_i16(typingctx, rows, xq_addr, xd_addr, ldd, wq_addr, ws_addr, bias_addr
 
 
 @jit(inline="always")
-def _tile_rows(rows, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, first, last):  # pragma: no cover - compiled
+def _tile_rows(rows, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, tail_steps, first, last):  # pragma: no cover - compiled
     if rows == 6:
-        tile_i16(6, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, first, last)
+        tile_i16(6, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, tail_steps, first, last)
     elif rows == 5:
-        tile_i16(5, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, first, last)
+        tile_i16(5, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, tail_steps, first, last)
     elif rows == 4:
-        tile_i16(4, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, first, last)
+        tile_i16(4, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, tail_steps, first, last)
     elif rows == 3:
-        tile_i16(3, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, first, last)
+        tile_i16(3, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, tail_steps, first, last)
     elif rows == 2:
-        tile_i16(2, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, first, last)
+        tile_i16(2, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, tail_steps, first, last)
     else:
-        tile_i16(1, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, first, last)
+        tile_i16(1, xq, xd, ldd, wq, ws, bias, c, ldc, blocks, tail_steps, first, last)
 
 
 @jit(inline="always")
@@ -204,9 +212,9 @@ def _x_tile_start(b0, n_rows, n_blocks, row):  # pragma: no cover - compiled
 
 
 @jit(inline="always")
-def _panels(xq, xd, wq, ws, bias, y, first, last):  # pragma: no cover - compiled
+def _panels(xq, xd, wq, ws, bias, y, tail_steps, first, last):  # pragma: no cover - compiled
     """Panels first..last of y = bias + d_w * (x @ W^T). xq: x's tiles (`_quantize_row`), xd [N, B]
-    float32, wq [P, B, 16, 32, 2] int16, ws / bias [32 P], y [N, 32 P]."""
+    float32, wq [P, B, BLOCK / 2, 32, 2] int16, ws / bias [32 P], y [N, 32 P]."""
     n_rows, n_blocks = xd.shape
     tiles, base, extra = _tiles(n_rows)
     ldd, ldc = xd.strides[0] // 4, y.strides[0] // 4
@@ -220,30 +228,31 @@ def _panels(xq, xd, wq, ws, bias, y, first, last):  # pragma: no cover - compile
                            xd.ctypes.data + (row * ldd + b0) * 4, ldd, wq[p, b0:].ctypes.data,
                            ws.ctypes.data + PANEL * p * 4, bias.ctypes.data + PANEL * p * 4,
                            y.ctypes.data + (row * ldc + PANEL * p) * 4, ldc, b1 - b0,
+                           tail_steps if b1 == n_blocks else BLOCK // 2,
                            1 if b0 == 0 else 0, 1 if b1 == n_blocks else 0)
                 row += rows
 
 
 @jit(parallel=True)
-def _product_parallel(xq, xd, wq, ws, bias, y, workers):  # pragma: no cover - compiled
+def _product_parallel(xq, xd, wq, ws, bias, y, tail_steps, workers):  # pragma: no cover - compiled
     n_panels = wq.shape[0]
     for worker in numba.prange(workers):
-        _panels(xq, xd, wq, ws, bias, y, worker * n_panels // workers, (worker + 1) * n_panels // workers)
+        _panels(xq, xd, wq, ws, bias, y, tail_steps, worker * n_panels // workers, (worker + 1) * n_panels // workers)
 
 
 @jit()
-def _product_serial(xq, xd, wq, ws, bias, y):  # pragma: no cover - compiled
-    _panels(xq, xd, wq, ws, bias, y, 0, wq.shape[0])
+def _product_serial(xq, xd, wq, ws, bias, y, tail_steps):  # pragma: no cover - compiled
+    _panels(xq, xd, wq, ws, bias, y, tail_steps, 0, wq.shape[0])
 
 
 @jit(inline="always")
 def _quantize_row(x, xq, xd, r, scratch):  # pragma: no cover - compiled
     """Row r of x into xq, a flat int16 array in the order the tiles read it: by DEPTH_BLOCKS groups of
     blocks, within a group the row tiles one after the other, each block by block ([blocks, rows,
-    32]), so one pass over a panel reads x in one stream, which the cache's prefetcher follows (with
+    BLOCK]), so one pass over a panel reads x in one stream, which the cache's prefetcher follows (with
     each tile's blocks of all depths together, consecutive tiles were a tile's whole row apart: on
     Zen 3, one core or two, products of 256-3072 rows ran up to 6% slower that way, 3072 x 3072 ->
-    768 7-17%); its block scales into xd [N, B]. scratch: 32 int32 of the calling thread's."""
+    768 7-17%); its block scales into xd [N, B]. scratch: BLOCK int32 of the calling thread's."""
     n_rows, n_in = x.shape
     n_blocks = xd.shape[1]
     tiles, base, extra = _tiles(n_rows)
@@ -288,8 +297,8 @@ def _quantize_parallel(x, xq, xd, workers):  # pragma: no cover - compiled
 
 
 def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """numpy form of the kernels' quantization of x [N, k]: (q_x int16 [N, 32 B], d_x float32 [N, B]),
-    B = ceil(k / 32), k padded with zeros."""
+    """numpy form of the kernels' quantization of x [N, k]: (q_x int16 [N, BLOCK B], d_x float32 [N, B]),
+    B = ceil(k / BLOCK), k padded with zeros."""
     n_rows, n_in = x.shape
     n_blocks = -(-n_in // BLOCK)
     padded = np.zeros((n_rows, n_blocks * BLOCK), np.float32)
@@ -305,7 +314,7 @@ def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class I16Weight:
     """A weight [out, in] quantized to int16 per output feature and packed for `vpmaddwd` (module doc)."""
 
-    quants: np.ndarray  # int16 [P, B, 16, 32, 2]: B 32-blocks of k (zero past in), 32 features (zero past out)
+    quants: np.ndarray  # int16 [P, B, BLOCK / 2, 32, 2]: B blocks of k (zero past in), 32 features (zero past out)
     scales: np.ndarray  # float32 [32 P]: d_w per output feature
     shape: tuple[int, int]
 
@@ -348,7 +357,7 @@ def pack_i16(values: np.ndarray) -> I16Weight:
 
 
 def matmul_i16(x: np.ndarray, weight: I16Weight, bias: np.ndarray | None = None) -> np.ndarray:
-    """x [N, in] float32 @ weight^T + bias -> [N, out], x quantized per 32-block, int16 products."""
+    """x [N, in] float32 @ weight^T + bias -> [N, out], x quantized per BLOCK-wide block, int16 products."""
     n_out, n_in = weight.shape
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n_in)
     n_panels, n_blocks = weight.quants.shape[:2]
@@ -361,13 +370,14 @@ def matmul_i16(x: np.ndarray, weight: I16Weight, bias: np.ndarray | None = None)
         return np.ascontiguousarray(y[:, :n_out])
     xq = np.empty(x.shape[0] * n_blocks * BLOCK, np.int16)
     xd = np.empty((x.shape[0], n_blocks), np.float32)
+    tail_steps = (n_in - (n_blocks - 1) * BLOCK + 1) // 2  # pairs of k in the last block; past them, zeros
     workers = min(numba.get_num_threads(), n_panels)
     if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
         _quantize_parallel(x, xq, xd, min(workers, x.shape[0]))
     else:
         _quantize_serial(x, xq, xd)
     if workers > 1 and x.shape[0] * n_in * n_out >= PARALLEL_MIN_MACS:
-        _product_parallel(xq, xd, weight.quants, weight.scales, padded_bias, y, workers)
+        _product_parallel(xq, xd, weight.quants, weight.scales, padded_bias, y, tail_steps, workers)
     else:
-        _product_serial(xq, xd, weight.quants, weight.scales, padded_bias, y)
+        _product_serial(xq, xd, weight.quants, weight.scales, padded_bias, y, tail_steps)
     return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])
