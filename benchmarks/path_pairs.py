@@ -45,6 +45,33 @@ def apply(knobs: dict[str, int], defaults: dict[str, int]) -> None:
         setattr(importlib.import_module(module), attribute, knobs.get(name, defaults[name]))
 
 
+def ratio_rows(runs: dict[str, list[dict]], labels: dict[str, str], column: str) -> list[dict]:
+    """The table's rows: per side (the first is the baseline), its median ms per stage and the median
+    over rounds of the baseline's time over its own, the chunk ratio's quartiles, the rounds it was
+    faster in, and its largest action error. runs: side -> one dict per round, stage -> ms and
+    "error"."""
+    import numpy as np
+
+    baseline = next(iter(runs))
+    stages = [key for key in runs[baseline][0] if key != "error"]
+    rows = []
+    for side, timed in runs.items():
+        row = {column: labels[side]}
+        ratios = {}
+        for stage in stages:
+            own = np.array([run[stage] for run in timed])
+            ratios[stage] = np.array([run[stage] for run in runs[baseline]]) / own
+            row[f"{stage} ms"] = float(np.median(own))
+            row[f"{stage}: baseline / this"] = float(np.median(ratios[stage]))
+        ratio = ratios["chunk"]
+        first = side == baseline
+        row["chunk ratio quartiles"] = "" if first else f"{np.percentile(ratio, 25):.3f}-{np.percentile(ratio, 75):.3f}"
+        row["rounds this is faster"] = "" if first else f"{int((ratio > 1).sum())}/{len(ratio)}"
+        row["max abs action error"] = max(run["error"] for run in timed)
+        rows.append(row)
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sides", nargs="+", help="BUNDLE[@setting=N,...]; the first is the baseline")
@@ -56,7 +83,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[variable] = str(args.threads)
-    import numpy as np
 
     from embodied_ros.bundle import open_bundle
     from embodied_ros.bundle.families import family
@@ -83,23 +109,8 @@ def main(argv=None) -> int:
             runs[side].append({**{k: 1e3 * v for k, v in seconds.items()}, "chunk": 1e3 * sum(seconds.values()),
                                "error": error})
     apply({}, defaults)
-    baseline = args.sides[0]
-    stages = [key for key in runs[baseline][0] if key != "error"]
-    rows = []
-    for side, timed in runs.items():
-        row = {"side": f"`{Path(knobs[side][0]).name}{side[len(knobs[side][0]):]}`"}
-        ratios = {}
-        for stage in stages:
-            own = np.array([run[stage] for run in timed])
-            ratios[stage] = np.array([run[stage] for run in runs[baseline]]) / own
-            row[f"{stage} ms"] = float(np.median(own))
-            row[f"{stage}: baseline / this"] = float(np.median(ratios[stage]))
-        ratio = ratios["chunk"]
-        first = side == baseline
-        row["chunk ratio quartiles"] = "" if first else f"{np.percentile(ratio, 25):.3f}-{np.percentile(ratio, 75):.3f}"
-        row["rounds this is faster"] = "" if first else f"{int((ratio > 1).sum())}/{len(ratio)}"
-        row["max abs action error"] = max(run["error"] for run in timed)
-        rows.append(row)
+    rows = ratio_rows(runs, {side: f"`{Path(knobs[side][0]).name}{side[len(knobs[side][0]):]}`" for side in runs},
+                      "side")
     body = "\n".join([
         f"{args.record or 'the reference record of each bundle'}, case {args.case}, {args.threads} threads, "
         f"{args.rounds} rounds of every side in a random order after two untimed runs each, one process; "

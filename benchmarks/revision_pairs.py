@@ -4,15 +4,15 @@ own from a checkout of that revision, the revisions in a new random order each r
     python benchmarks/revision_pairs.py BUNDLE REV REV [REV ...] [--record DIR] [--case 0] [--rounds 6]
                                         [--runs 2] [--threads 2] [--section NAME]
 
-For changes that path_pairs.py cannot switch within one process: a kernel's code or its constants.
-A REV is anything `git rev-parse` reads (a commit, a branch, HEAD~1), checked out once into a
+For changes that path_pairs.py cannot switch within one process: a kernel's code or its constants. A
+REV is anything `git rev-parse` reads (a commit, a branch, HEAD~1), checked out once into a
 temporary folder, or `WORKTREE` for the files as they are now. Each round starts one process per
 revision, in a random order; each loads the bundle, runs the case twice untimed (a checkout's first
-process compiles its kernels, cached beside its sources as always) and `--runs` times timed. The first REV is the baseline: each row
-gives the median over rounds of the baseline's time over that revision's, per stage and for the
-chunk (a round's time: the median of its timed runs). Rounds compare processes a minute or so
-apart, on a machine whose speed moves by tens of percent within minutes: take more rounds than
-path_pairs needs.
+process compiles its kernels, cached beside its sources as always) and `--runs` times timed. The
+first REV is the baseline: each row gives the median over rounds of the baseline's time over that
+revision's, per stage and for the chunk (a round's time: the median of its timed runs). Rounds
+compare processes a minute or so apart, on a machine whose speed moves by tens of percent within
+minutes: take more rounds than path_pairs needs.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 import common
+from path_pairs import ratio_rows
 
 REPO = Path(__file__).resolve().parents[1]
 WORKTREE = "WORKTREE"
@@ -115,23 +116,7 @@ def main(argv=None) -> int:
                 if tree != REPO:
                     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
                                    capture_output=True)
-    baseline = args.revs[0]
-    stages = [key for key in runs[baseline][0] if key != "error"]
-    rows = []
-    for rev, timed in runs.items():
-        row = {"revision": f"`{rev}` ({trees[rev][1]})"}
-        ratios = {}
-        for stage in stages:
-            own = np.array([r[stage] for r in timed])
-            ratios[stage] = np.array([r[stage] for r in runs[baseline]]) / own
-            row[f"{stage} ms"] = float(np.median(own))
-            row[f"{stage}: baseline / this"] = float(np.median(ratios[stage]))
-        first = rev == baseline
-        ratio = ratios["chunk"]
-        row["chunk ratio quartiles"] = "" if first else f"{np.percentile(ratio, 25):.3f}-{np.percentile(ratio, 75):.3f}"
-        row["rounds this is faster"] = "" if first else f"{int((ratio > 1).sum())}/{len(ratio)}"
-        row["max abs action error"] = max(r["error"] for r in timed)
-        rows.append(row)
+    rows = ratio_rows(runs, {rev: f"`{rev}` ({trees[rev][1]})" for rev in runs}, "revision")
     body = "\n".join([
         f"`{Path(args.bundle).name}`, {args.record or 'its reference record'}, case {args.case}, {args.threads} "
         f"threads; {args.rounds} rounds, each starting one process per revision in a random order (two untimed "
