@@ -72,6 +72,13 @@ def ratio_rows(runs: dict[str, list[dict]], labels: dict[str, str], column: str)
     return rows
 
 
+def print_section(section: str | None, body: str) -> None:
+    """Print the table and its words; with a section name, write them into BENCHMARKS.md too."""
+    print(body)
+    if section:
+        common.write_section(common.BENCHMARKS_MD, section, body, common.command_line(), common.machine_line())
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sides", nargs="+", help="BUNDLE[@setting=N,...]; the first is the baseline")
@@ -111,15 +118,12 @@ def main(argv=None) -> int:
     apply({}, defaults)
     rows = ratio_rows(runs, {side: f"`{Path(knobs[side][0]).name}{side[len(knobs[side][0]):]}`" for side in runs},
                       "side")
-    body = "\n".join([
+    print_section(args.section, "\n".join([
         f"{args.record or 'the reference record of each bundle'}, case {args.case}, {args.threads} threads, "
         f"{args.rounds} rounds of every side in a random order after two untimed runs each, one process; "
         f"ratios are the median over rounds of the baseline's "
         f"time (the first row) over this side's." + common.runtime_products_note(), "",
-        common.markdown_table(rows)])
-    print(body)
-    if args.section:
-        common.write_section(common.BENCHMARKS_MD, args.section, body, common.command_line(), common.machine_line())
+        common.markdown_table(rows)]))
     return 0
 
 

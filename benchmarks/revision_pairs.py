@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 import common
-from path_pairs import ratio_rows
+from path_pairs import print_section, ratio_rows
 
 REPO = Path(__file__).resolve().parents[1]
 WORKTREE = "WORKTREE"
@@ -117,15 +117,12 @@ def main(argv=None) -> int:
                     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
                                    capture_output=True)
     rows = ratio_rows(runs, {rev: f"`{rev}` ({trees[rev][1]})" for rev in runs}, "revision")
-    body = "\n".join([
+    print_section(args.section, "\n".join([
         f"`{Path(args.bundle).name}`, {args.record or 'its reference record'}, case {args.case}, {args.threads} "
         f"threads; {args.rounds} rounds, each starting one process per revision in a random order (two untimed "
         f"runs, then the median of {args.runs} timed); ratios are the median over rounds of the baseline's time "
         f"(the first row) over this revision's." + common.runtime_products_note(), "",
-        common.markdown_table(rows)])
-    print(body)
-    if args.section:
-        common.write_section(common.BENCHMARKS_MD, args.section, body, common.command_line(), common.machine_line())
+        common.markdown_table(rows)]))
     return 0
 
 
