@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "revision_pairs.py"
 
 
-def test_the_worktree_and_a_commit_each_run_the_bundles_reference_case_per_round(tmp_path):
+def test_the_worktree_and_a_commit_each_run_the_bundles_reference_case_per_round():
     bundle = ROOT / "bundles" / "pi05_tiny.gguf"
     result = subprocess.run([sys.executable, str(SCRIPT), str(bundle), "WORKTREE", "HEAD", "--rounds", "2",
                              "--runs", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
