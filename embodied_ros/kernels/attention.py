@@ -31,6 +31,7 @@ import numpy as np
 
 from embodied_ros.kernels.cpu import vector_attention
 from embodied_ros.kernels.cpu.blas import current_threads, product_threads, run_split, split_product
+from embodied_ros.kernels.cpu.shares import share_count
 from embodied_ros.kernels.cpu.jit import jit, vector_units_available
 from embodied_ros.kernels.cpu.vector_attention import softmax_numerators
 from embodied_ros.kernels.registry import kernel, reference
@@ -155,7 +156,7 @@ def _grouped(q, keys, values, bias, key_bias):
     a row of the same product, whose normalization is applied to the [rows, d] result.
 
     Where the last product ran on BLAS's own threads, whose worker still spins, the products run on
-    them; otherwise the rows of all heads go in equal shares to threads of their own (`run_split`):
+    them; otherwise the rows of all heads go in shares to threads of their own (`run_split`):
     after products of numba kernels (int16, int8) SmolVLM's vision attention took 108-117 ms as two
     shares against 129-147 ms on OpenBLAS's two threads (3 cameras, Zen 3), while right after a
     BLAS product it took 150 ms as shares against 100 ms on BLAS's threads.
@@ -188,8 +189,9 @@ def _grouped(q, keys, values, bias, key_bias):
         split_product(step * width * n_keys)
         share(0, total)
     else:
-        shares = min(total, threads)
-        run_split([functools.partial(share, total * i // shares, total * (i + 1) // shares) for i in range(shares)])
+        shares = share_count(threads, total, total * width * n_keys * 2)
+        run_split([functools.partial(share, total * i // shares, total * (i + 1) // shares) for i in range(shares)],
+                  threads)
     return out.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
 
 

@@ -9,8 +9,9 @@ from the second thread (docs/graph.md, "BLAS threads"). `split_product` is calle
 product the kernels hand to BLAS; `limit_threads` sets the limit (the graph's compute.blas_threads).
 
 Products of many rows (`product`: a vision tower's) and attention's heads are split by `run_split`
-instead: each share on a thread of its own, every product in it on the thread that calls it, so
-no BLAS worker is left spinning. A worker spinning after attention took a core from the numba
+instead: into shares that the calling thread and helper threads take as they come free
+(kernels/cpu/shares.py), every product in a share on the thread that runs it, so no BLAS worker is
+left spinning. A worker spinning after attention took a core from the numba
 kernel that came next: on a 2-core AMD EPYC (Zen 3) a 3072 x 768 -> 768 int16 product right after
 SmolVLM's vision attention (3 cameras) took 48-51 ms instead of 30-31; the attention itself took
 129-147 ms on OpenBLAS's two threads against 108-117 ms as two single-threaded shares, whose
@@ -28,6 +29,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from embodied_ros.kernels.cpu.shares import share_count
 
 SPLIT_MIN_MACS = 1 << 24  # about 0.4 ms of one core's float32 product
 # Products of at least this many rows split their columns into shares (`product`); fewer rows stay on
@@ -128,19 +131,30 @@ def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         split_product(macs)
         return a @ b
     out = np.empty((a.shape[0], b.shape[1]), np.result_type(a, b))
-    bounds = [b.shape[1] * i // threads // SHARE_MIN_COLUMNS * SHARE_MIN_COLUMNS for i in range(threads)]
+    shares = share_count(threads, b.shape[1] // SHARE_MIN_COLUMNS, macs)
+    bounds = [b.shape[1] * i // shares // SHARE_MIN_COLUMNS * SHARE_MIN_COLUMNS for i in range(shares)]
     bounds.append(b.shape[1])
-    run_split([functools.partial(np.matmul, a, b[:, lo:hi], out=out[:, lo:hi]) for lo, hi in zip(bounds, bounds[1:])])
+    run_split([functools.partial(np.matmul, a, b[:, lo:hi], out=out[:, lo:hi]) for lo, hi in zip(bounds, bounds[1:])],
+              threads)
     return out
 
 
-def run_split(shares: Sequence[Callable[[], None]]) -> None:
-    """Run `shares` at once, the first on the calling thread, each other on a helper thread, BLAS
-    set to one thread (module doc). Returns when every share has; the first error is raised then."""
+def run_split(shares: Sequence[Callable[[], None]], threads: int) -> None:
+    """Run `shares` on `threads` threads at once, the calling thread and helpers, BLAS set to one
+    thread (module doc): each thread takes the next share not yet taken as it comes free, so a
+    thread the cores' other work holds up takes fewer (kernels/cpu/shares.py). Returns when every
+    share has run; the first error is raised then."""
     split_product(0)
-    pending = [_HELPERS.pool(len(shares) - 1).submit(share) for share in shares[1:]] if len(shares) > 1 else []
+    unclaimed = iter(shares)  # one next() at a time under the GIL: each share runs once
+
+    def work() -> None:
+        for share in unclaimed:
+            share()
+
+    threads = min(threads, len(shares))
+    pending = [_HELPERS.pool(threads - 1).submit(work) for _ in range(threads - 1)] if threads > 1 else []
     try:
-        shares[0]()
+        work()
     finally:
         errors = [future.exception() for future in pending]
     for error in errors:

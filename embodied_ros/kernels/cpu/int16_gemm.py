@@ -42,6 +42,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
+from embodied_ros.kernels.cpu.shares import claim, counter, share_bounds, share_count
 from embodied_ros.kernels.cpu.vector_ir import PANEL
 
 BLOCK = 128
@@ -234,10 +235,13 @@ def _panels(xq, xd, wq, ws, bias, y, tail_steps, first, last):  # pragma: no cov
 
 
 @jit(parallel=True)
-def _product_parallel(xq, xd, wq, ws, bias, y, tail_steps, workers):  # pragma: no cover - compiled
-    n_panels = wq.shape[0]
+def _product_parallel(xq, xd, wq, ws, bias, y, tail_steps, workers, shares, claimed):  # pragma: no cover - compiled
     for worker in numba.prange(workers):
-        _panels(xq, xd, wq, ws, bias, y, tail_steps, worker * n_panels // workers, (worker + 1) * n_panels // workers)
+        share = claim(claimed)
+        while share < shares:
+            first, last = share_bounds(share, shares, wq.shape[0])
+            _panels(xq, xd, wq, ws, bias, y, tail_steps, first, last)
+            share = claim(claimed)
 
 
 @jit()
@@ -288,12 +292,15 @@ def _quantize_serial(x, xq, xd):  # pragma: no cover - compiled
 
 
 @jit(parallel=True)
-def _quantize_parallel(x, xq, xd, workers):  # pragma: no cover - compiled
-    n_rows = x.shape[0]
+def _quantize_parallel(x, xq, xd, workers, shares, claimed):  # pragma: no cover - compiled
     for worker in numba.prange(workers):
         scratch = np.empty(BLOCK, np.int32)
-        for r in range(worker * n_rows // workers, (worker + 1) * n_rows // workers):
-            _quantize_row(x, xq, xd, r, scratch)
+        share = claim(claimed)
+        while share < shares:
+            first, last = share_bounds(share, shares, x.shape[0])
+            for r in range(first, last):
+                _quantize_row(x, xq, xd, r, scratch)
+            share = claim(claimed)
 
 
 def quantize_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -372,12 +379,14 @@ def matmul_i16(x: np.ndarray, weight: I16Weight, bias: np.ndarray | None = None)
     xd = np.empty((x.shape[0], n_blocks), np.float32)
     tail_steps = (n_in - (n_blocks - 1) * BLOCK + 1) // 2  # pairs of k in the last block; past them, zeros
     workers = min(numba.get_num_threads(), n_panels)
-    if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
-        _quantize_parallel(x, xq, xd, min(workers, x.shape[0]))
+    macs = x.shape[0] * n_in * n_out
+    if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS:  # in as many shares as the product after it
+        _quantize_parallel(x, xq, xd, workers, share_count(workers, x.shape[0], macs), counter())
     else:
         _quantize_serial(x, xq, xd)
-    if workers > 1 and x.shape[0] * n_in * n_out >= PARALLEL_MIN_MACS:
-        _product_parallel(xq, xd, weight.quants, weight.scales, padded_bias, y, tail_steps, workers)
+    if workers > 1 and macs >= PARALLEL_MIN_MACS:
+        _product_parallel(xq, xd, weight.quants, weight.scales, padded_bias, y, tail_steps, workers,
+                          share_count(workers, n_panels, macs), counter())
     else:
         _product_serial(xq, xd, weight.quants, weight.scales, padded_bias, y, tail_steps)
     return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])
