@@ -160,6 +160,40 @@ def flops_pi05_chunk(config: dict) -> dict:
 
 # ---------------------------------------------------------------- machine description
 
+# What `--load` adds beside a benchmark's runs: the threads that share the cores with the stages in
+# `embodied-ros up` (the synthetic robot's rendering and publishing, the controller, the middleware)
+# took a third of one core on a 2-core AMD EPYC in 4-10 ms bursts, at a higher priority than the
+# stages' compute (compute.stage_nice).
+_BUSY_LOOP = """import sys, time
+busy, period = float(sys.argv[1]) / 1e3, float(sys.argv[2]) / 1e3
+while True:
+    start = time.perf_counter()
+    while time.perf_counter() - start < busy:
+        pass
+    time.sleep(period - busy)
+"""
+
+
+def parse_load(text: str) -> tuple[float, float]:
+    """'BUSY/PERIOD' in ms -> (busy, period); ValueError unless 0 < BUSY < PERIOD."""
+    busy, _, period = text.partition("/")
+    try:
+        values = float(busy), float(period)
+    except ValueError:
+        values = (0.0, 0.0)
+    if not 0 < values[0] < values[1]:
+        raise ValueError(f"expected BUSY/PERIOD in ms with 0 < BUSY < PERIOD, e.g. 4/12; got {text!r}")
+    return values
+
+
+STAGE_NICE = 5  # compute.stage_nice's default: what the stages' threads add to their nice value in the graph
+
+
+def start_load(busy_ms: float, period_ms: float) -> subprocess.Popen:
+    """A process busy `busy_ms` of every `period_ms` at this process's priority, until killed."""
+    return subprocess.Popen([sys.executable, "-c", _BUSY_LOOP, str(busy_ms), str(period_ms)])
+
+
 def machine_description() -> dict:
     """CPU, cores, load and the numpy/BLAS build: what a reader needs to judge the numbers."""
     info = {"cpu_model": _cpu_model(), "logical_cpus": os.cpu_count(),

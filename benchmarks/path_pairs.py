@@ -2,17 +2,20 @@
 in a new random order each round, so that each round's ratios compare runs seconds apart.
 
     python benchmarks/path_pairs.py SIDE [SIDE ...] [--record DIR] [--case 0] [--rounds 12] [--threads 2]
-                                    [--section NAME]
+                                    [--load BUSY/PERIOD] [--section NAME]
 
 A SIDE is a bundle, optionally with settings of the product paths after '@', for example
 `smolvla_f32.gguf@share_rows=1`: `share_rows` is kernels/cpu/blas.py's SHARE_MIN_ROWS (from it a
 float32 BLAS product runs as shares on single-threaded BLAS instead of on BLAS's own threads), `inf`
-for no limit. Each side runs the record's case (default: each bundle's own reference record) as
+for no limit; `shares_per_thread` is kernels/cpu/shares.py's SHARES_PER_THREAD (1: every parallel
+region in equal parts, one per thread). Each side runs the record's case (default: each bundle's own reference record) as
 `embodied-ros bench` does (the family's bench cases), after two untimed runs. The first side is the
 baseline: each row gives the median over rounds of the baseline's time over that side's, per stage
 and for the chunk.
 On a machine whose speed moves by tens of percent within minutes, those per-round ratios hold
-where medians of runs minutes apart do not.
+where medians of runs minutes apart do not. `--load 4/12` runs the sides as the stages run in
+`embodied-ros up`: beside a process busy 4 ms of every 12 ms (what the synthetic robot, the
+controller and the middleware take there), this process at the stages' lower priority.
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from pathlib import Path
 
 import common
 
-KNOBS = {"share_rows": ("embodied_ros.kernels.cpu.blas", "SHARE_MIN_ROWS")}
+KNOBS = {"share_rows": ("embodied_ros.kernels.cpu.blas", "SHARE_MIN_ROWS"),
+         "shares_per_thread": ("embodied_ros.kernels.cpu.shares", "SHARES_PER_THREAD")}
 
 
 def parse_side(text: str) -> tuple[str, dict[str, int]]:
@@ -86,10 +90,29 @@ def main(argv=None) -> int:
     parser.add_argument("--case", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--load", metavar="BUSY/PERIOD",
+                        help="beside the runs, a process busy BUSY ms of every PERIOD ms, this one at the stages' "
+                             "lower priority (module doc)")
     parser.add_argument("--section", help="write this BENCHMARKS.md section (default: print only)")
     args = parser.parse_args(argv)
+    try:
+        load = common.parse_load(args.load) if args.load else None
+    except ValueError as error:
+        parser.error(f"--load: {error}")
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[variable] = str(args.threads)
+    beside = common.start_load(*load) if load else None
+    try:
+        if load:
+            os.nice(common.STAGE_NICE)  # before any thread starts: BLAS's and the kernels' inherit it
+        return _run(args, load)
+    finally:
+        if beside is not None:
+            beside.kill()
+            beside.wait()
+
+
+def _run(args, load: tuple[float, float] | None) -> int:
 
     from embodied_ros.bundle import open_bundle
     from embodied_ros.bundle.families import family
@@ -122,7 +145,9 @@ def main(argv=None) -> int:
         f"{args.record or 'the reference record of each bundle'}, case {args.case}, {args.threads} threads, "
         f"{args.rounds} rounds of every side in a random order after two untimed runs each, one process; "
         f"ratios are the median over rounds of the baseline's "
-        f"time (the first row) over this side's." + common.runtime_products_note(), "",
+        f"time (the first row) over this side's." + (
+            f" Beside the runs, a process busy {load[0]:g} ms of every {load[1]:g} ms; this one at nice "
+            f"{common.STAGE_NICE}." if load else "") + common.runtime_products_note(), "",
         common.markdown_table(rows)]))
     return 0
 

@@ -2,7 +2,7 @@
 own from a checkout of that revision, the revisions in a new random order each round.
 
     python benchmarks/revision_pairs.py BUNDLE REV REV [REV ...] [--record DIR] [--case 0] [--rounds 6]
-                                        [--runs 2] [--threads 2] [--section NAME]
+                                        [--runs 2] [--threads 2] [--load BUSY/PERIOD] [--section NAME]
 
 For changes that path_pairs.py cannot switch within one process: a kernel's code or its constants. A
 REV is anything `git rev-parse` reads (a commit, a branch, HEAD~1), checked out once into a
@@ -13,6 +13,10 @@ first REV is the baseline: each row gives the median over rounds of the baseline
 revision's, per stage and for the chunk (a round's time: the median of its timed runs). Rounds
 compare processes a minute or so apart, on a machine whose speed moves by tens of percent within
 minutes: take more rounds than path_pairs needs.
+
+`--load 4/12` runs the revisions as the stages run in `embodied-ros up`: beside a process busy 4 ms of
+every 12 (a third of a core, what the synthetic robot, the controller and the middleware take
+there), with the revisions' processes at the stages' lower priority (compute.stage_nice).
 """
 from __future__ import annotations
 
@@ -63,12 +67,14 @@ def checkout(rev: str, folder: Path) -> tuple[Path, str]:
 
 
 def run_revision(tree: Path, args) -> list[dict]:
+    """The timed runs of one process of the revision checked out at `tree`."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
         env[variable] = str(args.threads)
     command = [sys.executable, str(Path(__file__).resolve()), "--child", args.bundle, "--case", str(args.case),
                "--runs", str(args.runs)] + (["--record", str(args.record)] if args.record else [])
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    lower = (lambda: os.nice(common.STAGE_NICE)) if args.load else None
+    done = subprocess.run(command, env=env, capture_output=True, text=True, preexec_fn=lower)
     if done.returncode != 0:
         raise SystemExit(f"revision_pairs: the run from {tree} failed:\n{done.stderr[-3000:]}")
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -86,6 +92,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--runs", type=int, default=2, help="timed runs per process")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--load", metavar="BUSY/PERIOD",
+                        help="beside the runs, a process busy BUSY ms of every PERIOD ms, the runs at the stages' "
+                             "lower priority (module doc)")
     parser.add_argument("--section", help="write this BENCHMARKS.md section (default: print only)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -94,12 +103,17 @@ def main(argv=None) -> int:
         return 0
     if len(args.revs) < 2 or len(set(args.revs)) != len(args.revs):
         parser.error("name two or more different revisions")
+    try:
+        load = common.parse_load(args.load) if args.load else None
+    except ValueError as error:
+        parser.error(f"--load: {error}")
     args.bundle = str(Path(args.bundle).resolve())
     import numpy as np
 
     with tempfile.TemporaryDirectory(prefix="revision_pairs_") as scratch:
         folder = Path(scratch)
         trees = {rev: checkout(rev, folder) for rev in args.revs}
+        beside = common.start_load(*load) if load else None
         try:
             runs: dict[str, list[dict]] = {rev: [] for rev in args.revs}
             for round_index in range(args.rounds):
@@ -112,6 +126,9 @@ def main(argv=None) -> int:
                 print(f"round {round_index + 1}: " + ", ".join(f"{rev} {runs[rev][-1]['chunk']:.0f} ms"
                                                              for rev in args.revs), flush=True)
         finally:
+            if beside is not None:
+                beside.kill()
+                beside.wait()
             for tree, _ in trees.values():
                 if tree != REPO:
                     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
@@ -121,7 +138,9 @@ def main(argv=None) -> int:
         f"`{Path(args.bundle).name}`, {args.record or 'its reference record'}, case {args.case}, {args.threads} "
         f"threads; {args.rounds} rounds, each starting one process per revision in a random order (two untimed "
         f"runs, then the median of {args.runs} timed); ratios are the median over rounds of the baseline's time "
-        f"(the first row) over this revision's." + common.runtime_products_note(), "",
+        f"(the first row) over this revision's." + (
+            f" Beside the runs, a process busy {load[0]:g} ms of every {load[1]:g} ms; the revisions' processes "
+            f"at nice {common.STAGE_NICE}." if load else "") + common.runtime_products_note(), "",
         common.markdown_table(rows)]))
     return 0
 

@@ -11,8 +11,9 @@ SCRIPT = ROOT / "benchmarks" / "revision_pairs.py"
 def test_the_worktree_and_a_commit_each_run_the_bundles_reference_case_per_round():
     bundle = ROOT / "bundles" / "pi05_tiny.gguf"
     result = subprocess.run([sys.executable, str(SCRIPT), str(bundle), "WORKTREE", "HEAD", "--rounds", "2",
-                             "--runs", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                             "--runs", "1", "--load", "2/10"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Beside the runs, a process busy 2 ms of every 10 ms; the revisions' processes at nice 5." in result.stdout
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines if line.startswith("round ")] == ["round 1", "round 2"]
     header = [cell.strip() for cell in next(line for line in lines if line.startswith("| revision")).split("|")[1:-1]]
