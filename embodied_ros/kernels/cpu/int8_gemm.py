@@ -48,6 +48,7 @@ from numba.extending import intrinsic
 
 from embodied_ros.kernels.cpu.allocator import aligned_empty
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
+from embodied_ros.kernels.cpu.shares import claim, counter, share_bounds, share_count
 from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL
 
 BLOCK = 32
@@ -285,10 +286,13 @@ def _panels(xq, xd, wq, ws, wsum, bias, y, first, last):  # pragma: no cover - c
 
 
 @jit(parallel=True)
-def _product_parallel(xq, xd, wq, ws, wsum, bias, y, workers):  # pragma: no cover - compiled
-    n_panels = wq.shape[0]
+def _product_parallel(xq, xd, wq, ws, wsum, bias, y, workers, shares, claimed):  # pragma: no cover - compiled
     for worker in numba.prange(workers):
-        _panels(xq, xd, wq, ws, wsum, bias, y, worker * n_panels // workers, (worker + 1) * n_panels // workers)
+        share = claim(claimed)
+        while share < shares:
+            first, last = share_bounds(share, shares, wq.shape[0])
+            _panels(xq, xd, wq, ws, wsum, bias, y, first, last)
+            share = claim(claimed)
 
 
 @jit()
@@ -392,8 +396,10 @@ def matmul_q8(x: np.ndarray, weight: Q8Weight, bias: np.ndarray | None = None) -
     xd = np.empty((x.shape[0], n_in // BLOCK), np.float32)
     workers = min(numba.get_num_threads(), n_panels)
     (quantize_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else quantize_rows)(x, xq, xd, X_OFFSET)
-    if workers > 1 and x.shape[0] * n_in * n_out >= PARALLEL_MIN_MACS:
-        _product_parallel(xq, xd, weight.quants, weight.scales, weight.sums, padded_bias, y, workers)
+    macs = x.shape[0] * n_in * n_out
+    if workers > 1 and macs >= PARALLEL_MIN_MACS:
+        _product_parallel(xq, xd, weight.quants, weight.scales, weight.sums, padded_bias, y, workers,
+                          share_count(workers, n_panels, macs), counter())
     else:
         _product_serial(xq, xd, weight.quants, weight.scales, weight.sums, padded_bias, y)
     return y if n_out == y.shape[1] else np.ascontiguousarray(y[:, :n_out])

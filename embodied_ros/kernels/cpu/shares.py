@@ -6,8 +6,10 @@ a few ms at a time, the thread on it falls behind, and the other core idles at t
 region. Kernels here cut their work into more shares than threads (`share_count`), and each
 thread claims the next unclaimed share (an atomic counter, `claim`) until none is left, so a
 thread that was held up takes fewer. A share that its thread holds while held up still ends late,
-so shares are small, down to SHARE_MIN_MACS: on a 2-core AMD EPYC (Zen 3), with a process busy a
-third of one core beside it, a released-size SmolVLA chunk took 1.36x its time alone in equal parts.
+so shares are small, down to SHARE_MIN_MACS. On a 2-core AMD EPYC (Zen 3), with a process busy a
+third of one core beside it, a released-size SmolVLA BF16 chunk took 1.36x its time alone in equal
+parts; in shares it runs 1.08-1.11x as fast as in equal parts under that load, and 1.08x alone
+(BENCHMARKS.md path_pairs_shares_*).
 """
 
 from __future__ import annotations
