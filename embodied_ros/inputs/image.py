@@ -95,7 +95,7 @@ def array_to_image(pixels: np.ndarray, encoding: str, stamp_ns: int = 0, frame_i
     if pixels.dtype != dtype:
         raise ImageFormatError(f"{encoding} needs {dtype} pixels, got {pixels.dtype}")
     data = array.array("B")
-    data.frombytes(np.ascontiguousarray(pixels).tobytes())
+    data.frombytes(np.ascontiguousarray(pixels).reshape(-1).view(np.uint8))  # one copy, the array's bytes
     msg = Image(height=pixels.shape[0], width=pixels.shape[1], encoding=encoding,
                 is_bigendian=int(sys.byteorder == "big"), step=pixels.shape[1] * channels * dtype.itemsize)
     msg.header.stamp = ns_to_time(stamp_ns)

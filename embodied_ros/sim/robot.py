@@ -76,14 +76,15 @@ def render_view(view: int, positions: np.ndarray, size: tuple[int, int]) -> np.n
         tip = joint + link * np.array([np.sin(angle), -np.cos(angle)], np.float32)
         seg = tip - joint
         rows, cols, y, x = _pixels_near(np.minimum(joint, tip), np.maximum(joint, tip), thickness, height, width)
-        t = np.clip(((x - joint[0]) * seg[0] + (y - joint[1]) * seg[1]) / max(float(seg @ seg), 1e-6), 0, 1)
-        dist = np.hypot(x - joint[0] - t * seg[0], y - joint[1] - t * seg[1])
-        image[rows, cols][dist < thickness] = (220 - 50 * k, 200, 60 + 60 * k)
+        dx, dy = x - joint[0], y - joint[1]
+        t = np.clip((dx * seg[0] + dy * seg[1]) / max(float(seg @ seg), 1e-6), 0, 1)
+        image[rows, cols][(dx - t * seg[0]) ** 2 + (dy - t * seg[1]) ** 2 < thickness ** 2] = (220 - 50 * k, 200,
+                                                                                              60 + 60 * k)
         joint = tip
     grip = positions[6] if positions.size > 6 else 0.5
     radius = thickness * (1.0 + 2.0 * float(np.clip(grip, 0, 1)))
     rows, cols, y, x = _pixels_near(joint, joint, radius, height, width)
-    image[rows, cols][np.hypot(x - joint[0], y - joint[1]) < radius] = (230, 40, 40)
+    image[rows, cols][(x - joint[0]) ** 2 + (y - joint[1]) ** 2 < radius ** 2] = (230, 40, 40)
     return image
 
 
@@ -101,13 +102,13 @@ def _background(view: int, height: int, width: int) -> np.ndarray:
 
 
 def _pixels_near(low: np.ndarray, high: np.ndarray, margin: float, height: int, width: int):
-    """The window of pixels within `margin` of the box [low, high] (x, y): its row and column slices and
-    the pixels' y and x coordinates. Only pixels there can lie within `margin` of a shape inside the box."""
+    """The window of pixels within `margin` of the box [low, high] (x, y): its row and column slices,
+    the rows' y as a column and the columns' x as a row (they broadcast to the window). Only pixels
+    there can lie within `margin` of a shape inside the box."""
     if not (np.isfinite(low).all() and np.isfinite(high).all()):
-        return slice(0, 0), slice(0, 0), np.zeros((0, 0), np.float32), np.zeros((0, 0), np.float32)
+        return slice(0, 0), slice(0, 0), np.zeros((0, 1), np.float32), np.zeros((1, 0), np.float32)
     x0, y0 = (int(np.clip(np.floor(v - margin), 0, limit)) for v, limit in zip(low, (width, height)))
     x1, y1 = (int(np.clip(np.ceil(v + margin) + 1, start, limit))
               for v, start, limit in zip(high, (x0, y0), (width, height)))
     rows, cols = slice(y0, y1), slice(x0, x1)
-    y, x = np.mgrid[rows, cols].astype(np.float32)
-    return rows, cols, y, x
+    return rows, cols, np.arange(y0, y1, dtype=np.float32)[:, None], np.arange(x0, x1, dtype=np.float32)[None, :]
