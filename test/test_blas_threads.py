@@ -141,3 +141,33 @@ def test_a_held_up_thread_takes_fewer_shares():
     blas.run_split([lambda i=i: share(i) for i in range(8)], 2)
     assert sorted(ran_on) == list(range(8))
     assert list(ran_on.values()).count(ran_on[0]) == 1  # the other thread ran the other seven
+
+
+def test_after_a_parallel_int16_product_blas_is_at_one_thread_and_attention_runs_as_shares(monkeypatch):
+    import numba
+
+    from embodied_ros.kernels import attention
+    from embodied_ros.kernels.cpu.int16_gemm import matmul_i16, pack_i16
+
+    if numba.get_num_threads() < 2:
+        pytest.skip("one numba thread: no parallel region to hand the cores to")
+    original = blas.current_threads()
+    rng = np.random.default_rng(0)
+    try:
+        blas.limit_threads(2)
+        blas.split_product(1 << 30)  # as after a large float32 product: BLAS's threads awake
+        assert blas.current_threads() == 2
+        matmul_i16(rng.standard_normal((96, 512), dtype=np.float32),
+                   pack_i16(rng.standard_normal((256, 512), dtype=np.float32)))  # 12.6M multiply-adds: parallel
+        assert blas.current_threads() == _library_threads() == 1
+        ways = []
+        real_split = attention.run_split
+        monkeypatch.setattr(attention, "run_split", lambda shares, threads: ways.append(len(shares)) or
+                            real_split(shares, threads))
+        q, k, v = (rng.standard_normal((1024, 2, 64), dtype=np.float32) for _ in range(3))
+        grouped = attention._grouped(q, k, v, attention._NO_BIAS_2D, attention._NO_BIAS_1D)  # BLAS's attention
+        np.testing.assert_allclose(grouped, attention.attention(q, k, v), rtol=1e-4, atol=1e-5)
+        assert ways and ways[0] > 2  # as shares, more than one a thread, not on BLAS's threads
+    finally:
+        blas.limit_threads(original)
+        blas.split_product(blas.SPLIT_MIN_MACS)

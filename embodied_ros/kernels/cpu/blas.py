@@ -102,6 +102,14 @@ def split_product(macs: int) -> None:
         _THREADS.set(threads)
 
 
+def before_kernel_region() -> None:
+    """Call before a parallel numba kernel: BLAS back to one thread. Its worker, not woken again,
+    spins on no core while the kernel computes, and the next attention runs as shares
+    (`run_split`): left at the limit, every attention of a SigLIP tower on int16 products ran on
+    BLAS's threads, whose worker then spun on a core through the products after it."""
+    split_product(0)
+
+
 class _Helpers:
     """Threads that run the shares of `run_split` beside the calling thread, made when first needed."""
 

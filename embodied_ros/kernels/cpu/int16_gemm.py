@@ -41,6 +41,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from embodied_ros.kernels.cpu.blas import before_kernel_region
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.shares import claim, counter, share_bounds, share_count
 from embodied_ros.kernels.cpu.vector_ir import PANEL
@@ -385,6 +386,7 @@ def matmul_i16(x: np.ndarray, weight: I16Weight, bias: np.ndarray | None = None)
     else:
         _quantize_serial(x, xq, xd)
     if workers > 1 and macs >= PARALLEL_MIN_MACS:
+        before_kernel_region()
         _product_parallel(xq, xd, weight.quants, weight.scales, padded_bias, y, tail_steps, workers,
                           share_count(workers, n_panels, macs), counter())
     else:

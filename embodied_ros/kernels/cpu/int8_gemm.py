@@ -47,6 +47,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from embodied_ros.kernels.cpu.allocator import aligned_empty
+from embodied_ros.kernels.cpu.blas import before_kernel_region
 from embodied_ros.kernels.cpu.jit import PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_MACS, jit
 from embodied_ros.kernels.cpu.shares import claim, counter, share_bounds, share_count
 from embodied_ros.kernels.cpu.vector_ir import LANES, PANEL
@@ -398,6 +399,7 @@ def matmul_q8(x: np.ndarray, weight: Q8Weight, bias: np.ndarray | None = None) -
     (quantize_parallel if workers > 1 and x.size >= PARALLEL_MIN_ELEMENTS else quantize_rows)(x, xq, xd, X_OFFSET)
     macs = x.shape[0] * n_in * n_out
     if workers > 1 and macs >= PARALLEL_MIN_MACS:
+        before_kernel_region()
         _product_parallel(xq, xd, weight.quants, weight.scales, weight.sums, padded_bias, y, workers,
                           share_count(workers, n_panels, macs), counter())
     else:
