@@ -10,6 +10,8 @@ counted. Every benchmark divides by the same counts, so GFLOP/s figures compare 
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -158,7 +160,7 @@ def flops_pi05_chunk(config: dict) -> dict:
             "total": n_cams * per_camera + prefix + steps * step}
 
 
-# ---------------------------------------------------------------- machine description
+# ---------------------------------------------------------------- a load beside the runs
 
 # What `--load` adds beside a benchmark's runs: the threads that share the cores with the stages in
 # `embodied-ros up` (the synthetic robot's rendering and publishing, the controller, the middleware)
@@ -174,25 +176,49 @@ while True:
 """
 
 
-def parse_load(text: str) -> tuple[float, float]:
-    """'BUSY/PERIOD' in ms -> (busy, period); ValueError unless 0 < BUSY < PERIOD."""
+STAGE_NICE = 5  # compute.stage_nice's default: what the stages' threads add to their nice value in the graph
+
+
+def add_load_argument(parser, runs_at: str) -> None:
+    """The `--load BUSY/PERIOD` option; `runs_at`: which processes run at STAGE_NICE."""
+    parser.add_argument("--load", metavar="BUSY/PERIOD", type=_load_value,
+                        help=f"beside the runs, a process busy BUSY ms of every PERIOD ms, {runs_at} at the stages' "
+                             "lower priority (module doc)")
+
+
+def _load_value(text: str) -> tuple[float, float]:
+    """'BUSY/PERIOD' in ms -> (busy, period), refused unless 0 < BUSY < PERIOD."""
     busy, _, period = text.partition("/")
     try:
         values = float(busy), float(period)
     except ValueError:
         values = (0.0, 0.0)
     if not 0 < values[0] < values[1]:
-        raise ValueError(f"expected BUSY/PERIOD in ms with 0 < BUSY < PERIOD, e.g. 4/12; got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected BUSY/PERIOD in ms with 0 < BUSY < PERIOD, e.g. 4/12; got {text!r}")
     return values
 
 
-STAGE_NICE = 5  # compute.stage_nice's default: what the stages' threads add to their nice value in the graph
+@contextlib.contextmanager
+def load_beside(load: tuple[float, float] | None):
+    """With `load` (busy, period ms), a process busy that much at this process's priority for the
+    block's duration; nothing without."""
+    beside = subprocess.Popen([sys.executable, "-c", _BUSY_LOOP, *map(str, load)]) if load else None
+    try:
+        yield
+    finally:
+        if beside is not None:
+            beside.kill()
+            beside.wait()
 
 
-def start_load(busy_ms: float, period_ms: float) -> subprocess.Popen:
-    """A process busy `busy_ms` of every `period_ms` at this process's priority, until killed."""
-    return subprocess.Popen([sys.executable, "-c", _BUSY_LOOP, str(busy_ms), str(period_ms)])
+def load_words(load: tuple[float, float] | None, runs_at: str) -> str:
+    """The sentence a section gets for `--load` ("" without)."""
+    if not load:
+        return ""
+    return f" Beside the runs, a process busy {load[0]:g} ms of every {load[1]:g} ms; {runs_at} at nice {STAGE_NICE}."
 
+
+# ---------------------------------------------------------------- machine description
 
 def machine_description() -> dict:
     """CPU, cores, load and the numpy/BLAS build: what a reader needs to judge the numbers."""

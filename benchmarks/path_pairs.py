@@ -90,29 +90,18 @@ def main(argv=None) -> int:
     parser.add_argument("--case", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--load", metavar="BUSY/PERIOD",
-                        help="beside the runs, a process busy BUSY ms of every PERIOD ms, this one at the stages' "
-                             "lower priority (module doc)")
+    common.add_load_argument(parser, "this one")
     parser.add_argument("--section", help="write this BENCHMARKS.md section (default: print only)")
     args = parser.parse_args(argv)
-    try:
-        load = common.parse_load(args.load) if args.load else None
-    except ValueError as error:
-        parser.error(f"--load: {error}")
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[variable] = str(args.threads)
-    beside = common.start_load(*load) if load else None
-    try:
-        if load:
+    with common.load_beside(args.load):
+        if args.load:
             os.nice(common.STAGE_NICE)  # before any thread starts: BLAS's and the kernels' inherit it
-        return _run(args, load)
-    finally:
-        if beside is not None:
-            beside.kill()
-            beside.wait()
+        return _run(args)
 
 
-def _run(args, load: tuple[float, float] | None) -> int:
+def _run(args) -> int:
 
     from embodied_ros.bundle import open_bundle
     from embodied_ros.bundle.families import family
@@ -145,9 +134,8 @@ def _run(args, load: tuple[float, float] | None) -> int:
         f"{args.record or 'the reference record of each bundle'}, case {args.case}, {args.threads} threads, "
         f"{args.rounds} rounds of every side in a random order after two untimed runs each, one process; "
         f"ratios are the median over rounds of the baseline's "
-        f"time (the first row) over this side's." + (
-            f" Beside the runs, a process busy {load[0]:g} ms of every {load[1]:g} ms; this one at nice "
-            f"{common.STAGE_NICE}." if load else "") + common.runtime_products_note(), "",
+        f"time (the first row) over this side's." + common.load_words(args.load, "this one")
+        + common.runtime_products_note(), "",
         common.markdown_table(rows)]))
     return 0
 

@@ -92,9 +92,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--runs", type=int, default=2, help="timed runs per process")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--load", metavar="BUSY/PERIOD",
-                        help="beside the runs, a process busy BUSY ms of every PERIOD ms, the runs at the stages' "
-                             "lower priority (module doc)")
+    common.add_load_argument(parser, "the revisions' processes")
     parser.add_argument("--section", help="write this BENCHMARKS.md section (default: print only)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -103,32 +101,25 @@ def main(argv=None) -> int:
         return 0
     if len(args.revs) < 2 or len(set(args.revs)) != len(args.revs):
         parser.error("name two or more different revisions")
-    try:
-        load = common.parse_load(args.load) if args.load else None
-    except ValueError as error:
-        parser.error(f"--load: {error}")
     args.bundle = str(Path(args.bundle).resolve())
     import numpy as np
 
     with tempfile.TemporaryDirectory(prefix="revision_pairs_") as scratch:
         folder = Path(scratch)
         trees = {rev: checkout(rev, folder) for rev in args.revs}
-        beside = common.start_load(*load) if load else None
         try:
-            runs: dict[str, list[dict]] = {rev: [] for rev in args.revs}
-            for round_index in range(args.rounds):
-                for rev in random.sample(args.revs, len(args.revs)):
-                    timed = run_revision(trees[rev][0], args)
-                    round_row = {key: float(np.median([run[key] for run in timed])) for key in timed[0]}
-                    round_row["chunk"] = sum(v for k, v in round_row.items() if k != "error")
-                    round_row["error"] = max(run["error"] for run in timed)
-                    runs[rev].append(round_row)
-                print(f"round {round_index + 1}: " + ", ".join(f"{rev} {runs[rev][-1]['chunk']:.0f} ms"
-                                                             for rev in args.revs), flush=True)
+            with common.load_beside(args.load):
+                runs: dict[str, list[dict]] = {rev: [] for rev in args.revs}
+                for round_index in range(args.rounds):
+                    for rev in random.sample(args.revs, len(args.revs)):
+                        timed = run_revision(trees[rev][0], args)
+                        round_row = {key: float(np.median([run[key] for run in timed])) for key in timed[0]}
+                        round_row["chunk"] = sum(v for k, v in round_row.items() if k != "error")
+                        round_row["error"] = max(run["error"] for run in timed)
+                        runs[rev].append(round_row)
+                    print(f"round {round_index + 1}: " + ", ".join(f"{rev} {runs[rev][-1]['chunk']:.0f} ms"
+                                                                 for rev in args.revs), flush=True)
         finally:
-            if beside is not None:
-                beside.kill()
-                beside.wait()
             for tree, _ in trees.values():
                 if tree != REPO:
                     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
@@ -138,9 +129,8 @@ def main(argv=None) -> int:
         f"`{Path(args.bundle).name}`, {args.record or 'its reference record'}, case {args.case}, {args.threads} "
         f"threads; {args.rounds} rounds, each starting one process per revision in a random order (two untimed "
         f"runs, then the median of {args.runs} timed); ratios are the median over rounds of the baseline's time "
-        f"(the first row) over this revision's." + (
-            f" Beside the runs, a process busy {load[0]:g} ms of every {load[1]:g} ms; the revisions' processes "
-            f"at nice {common.STAGE_NICE}." if load else "") + common.runtime_products_note(), "",
+        f"(the first row) over this revision's." + common.load_words(args.load, "the revisions' processes")
+        + common.runtime_products_note(), "",
         common.markdown_table(rows)]))
     return 0
 

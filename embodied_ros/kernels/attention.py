@@ -184,12 +184,13 @@ def _grouped(q, keys, values, bias, key_bias):
             start += last - first
 
     total = n_kv * rows
-    threads = product_threads(2 * total * width * n_keys)
+    macs = 2 * total * width * n_keys  # scores and weighted sums
+    threads = product_threads(macs)
     if threads > 1 and current_threads() > 1:  # BLAS's own threads ran the last product and are awake
         split_product(step * width * n_keys)
         share(0, total)
     else:
-        shares = share_count(threads, total, total * width * n_keys * 2)
+        shares = share_count(threads, total, macs)
         run_split([functools.partial(share, total * i // shares, total * (i + 1) // shares) for i in range(shares)],
                   threads)
     return out.reshape(n_kv, n_queries, group, width).transpose(1, 0, 2, 3).reshape(n_queries, n_heads, width)
